@@ -1,0 +1,3 @@
+from ipvsproxy.cli import main
+
+main()

@@ -1,0 +1,95 @@
+"""The narrow interfaces through which everything reaches the kernel.
+
+Each has a real implementation and an in-memory fake; both pass the contract suite in
+``tests/contract``. Nothing here knows about Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from ipvsproxy.model import (
+    AddressOp,
+    BatchResult,
+    IPAddress,
+    IPFamily,
+    IPSetContent,
+    IPSetSpec,
+    IptablesRuleset,
+    IPVSOp,
+    IPVSTable,
+    RealServerKey,
+    VirtualServerKey,
+)
+from ipvsproxy.model import (
+    Protocol as L4Protocol,
+)
+
+
+class IPVSKernel(Protocol):
+    def dump(self) -> IPVSTable:
+        """Every virtual server with its real servers and counters."""
+        ...
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        """Apply ops in order, batched; one result per op. A failed op never stops the rest."""
+        ...
+
+
+class AddressKernel(Protocol):
+    """Service addresses bound to a dummy interface (kube-ipvs0)."""
+
+    def ensure_interface(self, name: str) -> None: ...
+
+    def interface_exists(self, name: str) -> bool: ...
+
+    def delete_interface(self, name: str) -> None: ...
+
+    def addresses(self, name: str) -> frozenset[IPAddress]: ...
+
+    def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
+
+
+class IPSetKernel(Protocol):
+    def list_sets(self) -> Mapping[str, IPSetContent]: ...
+
+    def create(self, spec: IPSetSpec) -> None: ...
+
+    def destroy(self, name: str) -> None: ...
+
+    def add(self, name: str, entries: Sequence[str]) -> BatchResult: ...
+
+    def delete(self, name: str, entries: Sequence[str]) -> BatchResult: ...
+
+    def replace(self, content: IPSetContent) -> None:
+        """Make the set hold exactly ``content`` atomically (temporary set, swap, destroy)."""
+        ...
+
+
+class IptablesKernel(Protocol):
+    def restore(self, ruleset: IptablesRuleset) -> None:
+        """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them."""
+        ...
+
+    def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
+        """table -> names of the chains that belong to us (KUBE-*) that exist now."""
+        ...
+
+    def remove(self, family: IPFamily, chains: Mapping[str, frozenset[str]]) -> None:
+        """Delete the jumps to these chains, then flush and delete them; nothing else."""
+        ...
+
+
+class SysctlKernel(Protocol):
+    def get(self, name: str) -> str | None: ...
+
+    def set(self, name: str, value: str) -> None: ...
+
+
+class ConntrackKernel(Protocol):
+    def delete_entries(
+        self, protocol: L4Protocol, service: VirtualServerKey, endpoint: RealServerKey
+    ) -> int:
+        """Delete flows to ``service`` that were NATed to ``endpoint``; return how many."""
+        ...

@@ -1,0 +1,456 @@
+"""Frozen value types shared by every stage; this module imports nothing of the project.
+
+Three groups live here:
+
+* the slim cluster objects that ``cluster`` builds from API JSON and ``translate`` reads
+  (Service, EndpointSlice, Node, ClusterSnapshot);
+* the kernel-neutral IPVS, address and ipset values that ``kernel`` reads and writes;
+* the desired state that ``translate`` produces and the typed operations that ``reconcile``
+  plans and ``kernel`` applies.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def address_sort_key(address: IPAddress) -> tuple[int, int]:
+    """Total order over mixed IPv4/IPv6 addresses (ipaddress refuses to compare them)."""
+    return (address.version, int(address))
+
+
+class Protocol(enum.StrEnum):
+    TCP = "TCP"
+    UDP = "UDP"
+    SCTP = "SCTP"
+
+
+class IPFamily(enum.StrEnum):
+    IPV4 = "IPv4"
+    IPV6 = "IPv6"
+
+    @classmethod
+    def of(cls, address: IPAddress | IPNetwork) -> IPFamily:
+        return cls.IPV4 if address.version == 4 else cls.IPV6
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster objects (slim: only what the proxy reads)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePortName:
+    """One port of one Service: kube-proxy's ServicePortName."""
+
+    service: ObjectKey
+    port_name: str
+    protocol: Protocol
+
+    def __str__(self) -> str:
+        suffix = f":{self.port_name}" if self.port_name else ""
+        return f"{self.service}{suffix}"
+
+
+class ServiceType(enum.StrEnum):
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+    EXTERNAL_NAME = "ExternalName"
+
+
+class TrafficPolicy(enum.StrEnum):
+    CLUSTER = "Cluster"
+    LOCAL = "Local"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    protocol: Protocol
+    port: int
+    target_port: int | str | None = None
+    node_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalancerIngress:
+    ip: IPAddress
+    # "VIP" (default) or "Proxy": kube-proxy leaves Proxy-mode ingress IPs to the load balancer.
+    ip_mode: str = "VIP"
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A Service as the proxy sees it, already type-checked field by field by ``cluster``.
+
+    Values that could not be parsed are kept as raw strings in the tuples below only where
+    ``translate`` must reject just one port or address; everything else is typed.
+    """
+
+    key: ObjectKey
+    type: ServiceType
+    cluster_ips: tuple[str, ...] = ()
+    ports: tuple[ServicePort, ...] = ()
+    external_ips: tuple[str, ...] = ()
+    load_balancer_ingress: tuple[LoadBalancerIngress, ...] = ()
+    load_balancer_source_ranges: tuple[str, ...] = ()
+    session_affinity_timeout: int | None = None
+    external_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
+    internal_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
+    health_check_node_port: int | None = None
+    traffic_distribution: str | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConditions:
+    # The API's nil means "unknown"; kube-proxy treats nil ready as ready and derives
+    # serving from ready when it is nil. ``cluster`` applies those defaults.
+    ready: bool = True
+    serving: bool = True
+    terminating: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    addresses: tuple[str, ...]
+    conditions: EndpointConditions = EndpointConditions()
+    node_name: str | None = None
+    zone: str | None = None
+    hints_for_zones: tuple[str, ...] | None = None
+    hints_for_nodes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPort:
+    name: str
+    port: int | None
+    protocol: Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlice:
+    key: ObjectKey
+    service_name: str
+    address_type: str
+    endpoints: tuple[Endpoint, ...] = ()
+    ports: tuple[EndpointPort, ...] = ()
+    resource_version: str = ""
+
+    @property
+    def service(self) -> ObjectKey:
+        return ObjectKey(self.key.namespace, self.service_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    addresses: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def zone(self) -> str | None:
+        return self.labels.get("topology.kubernetes.io/zone")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything the proxy knows of the cluster at one instant, from the API or a file."""
+
+    services: Mapping[ObjectKey, Service]
+    endpoint_slices: Mapping[ObjectKey, EndpointSlice]
+    node: Node | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why one object, or one port of it, produced nothing. Logged and counted by callers."""
+
+    object: str
+    reason: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel values: IPVS
+# ---------------------------------------------------------------------------------------------
+
+
+class ForwardMethod(enum.IntEnum):
+    """IP_VS_CONN_F_FWD_MASK values. Masquerade is 0 (pyroute2 defaults to 3, direct routing)."""
+
+    MASQUERADE = 0
+    LOCAL = 1
+    TUNNEL = 2
+    ROUTE = 3
+    BYPASS = 4
+
+
+class ServiceFlags(enum.IntFlag):
+    """IP_VS_SVC_F_* as the kernel defines them. HASHED is kernel-internal and never written."""
+
+    NONE = 0
+    PERSISTENT = 0x0001
+    HASHED = 0x0002
+    ONEPACKET = 0x0004
+    SCHED1 = 0x0008  # sh/mh: fallback
+    SCHED2 = 0x0010  # sh/mh: port
+    SCHED3 = 0x0020
+
+
+SCHEDULERS = frozenset(
+    {"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServerKey:
+    protocol: Protocol
+    address: IPAddress
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.address}]" if self.address.version == 6 else str(self.address)
+        return f"{self.protocol} {host}:{self.port}"
+
+    def sort_key(self) -> tuple[tuple[int, int], int, str]:
+        return (address_sort_key(self.address), self.port, self.protocol.value)
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServer:
+    key: VirtualServerKey
+    scheduler: str = "rr"
+    flags: ServiceFlags = ServiceFlags.NONE
+    timeout: int = 0  # persistence, seconds; 0 unless PERSISTENT
+
+
+@dataclass(frozen=True, slots=True)
+class RealServerKey:
+    address: IPAddress
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.address}]" if self.address.version == 6 else str(self.address)
+        return f"{host}:{self.port}"
+
+    def sort_key(self) -> tuple[tuple[int, int], int]:
+        return (address_sort_key(self.address), self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class RealServer:
+    key: RealServerKey
+    weight: int = 1
+    forward: ForwardMethod = ForwardMethod.MASQUERADE
+    upper_threshold: int = 0
+    lower_threshold: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficStats:
+    connections: int = 0
+    packets_in: int = 0
+    packets_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RealServerState:
+    """A real server as dumped from the kernel, with its live counters."""
+
+    server: RealServer
+    active_connections: int = 0
+    inactive_connections: int = 0
+    persistent_connections: int = 0
+    stats: TrafficStats = TrafficStats()
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServerState:
+    """A virtual server as dumped from the kernel, with its real servers and counters."""
+
+    server: VirtualServer
+    real_servers: Mapping[RealServerKey, RealServerState]
+    stats: TrafficStats = TrafficStats()
+
+
+IPVSTable = Mapping[VirtualServerKey, VirtualServerState]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel values: ipsets
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IPSetSpec:
+    """A set's identity and type; ``entries`` are in ipset(8) syntax, e.g. ``10.96.0.10,tcp:80``."""
+
+    name: str
+    set_type: str  # "hash:ip,port", "hash:ip,port,ip", "hash:ip,port,net", "bitmap:port", ...
+    family: IPFamily = IPFamily.IPV4
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IPSetContent:
+    spec: IPSetSpec
+    entries: frozenset[str] = frozenset()
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations: what reconcile plans and kernel applies, one by one or batched
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddVirtualServer:
+    server: VirtualServer
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateVirtualServer:
+    server: VirtualServer
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVirtualServer:
+    key: VirtualServerKey
+
+
+@dataclass(frozen=True, slots=True)
+class AddRealServer:
+    virtual: VirtualServerKey
+    server: RealServer
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRealServer:
+    virtual: VirtualServerKey
+    server: RealServer
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRealServer:
+    virtual: VirtualServerKey
+    key: RealServerKey
+
+
+IPVSOp = (
+    AddVirtualServer
+    | UpdateVirtualServer
+    | DeleteVirtualServer
+    | AddRealServer
+    | UpdateRealServer
+    | DeleteRealServer
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BindAddress:
+    address: IPAddress
+
+
+@dataclass(frozen=True, slots=True)
+class UnbindAddress:
+    address: IPAddress
+
+
+AddressOp = BindAddress | UnbindAddress
+
+
+@dataclass(frozen=True, slots=True)
+class OpError:
+    """The kernel refused one operation of a batch; the others were applied regardless."""
+
+    errno: int
+    message: str
+
+
+# One entry per submitted op, in order: None when it applied.
+BatchResult = list[OpError | None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel values: iptables
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesJump:
+    """A rule in a built-in chain that sends packets into one of our chains."""
+
+    table: str
+    chain: str
+    target: str
+    comment: str
+    match: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesRuleset:
+    """Our chains and their rules for one family, written whole by one iptables-restore.
+
+    ``chains`` maps table -> chain -> rule arguments (each rule without ``-A CHAIN``).
+    """
+
+    family: IPFamily
+    chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
+    jumps: tuple[IptablesJump, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Desired state: what translate computes and reconcile makes true
+# ---------------------------------------------------------------------------------------------
+
+
+class AddressKind(enum.StrEnum):
+    CLUSTER_IP = "ClusterIP"
+    EXTERNAL_IP = "ExternalIP"
+    LOAD_BALANCER = "LoadBalancer"
+    NODE_PORT = "NodePort"
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredVirtualServer:
+    server: VirtualServer
+    real_servers: Mapping[RealServerKey, RealServer]
+    owner: ServicePortName
+    kind: AddressKind
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
+    # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
+    bound_addresses: frozenset[IPAddress]
+    # Node addresses that carry NodePort virtual servers; never bound on kube-ipvs0.
+    node_addresses: frozenset[IPAddress]
+    ipsets: Mapping[str, IPSetContent]
+    iptables: tuple[IptablesRuleset, ...]
+    # Virtual servers inside these are someone else's: never touched (--ipvs-exclude-cidrs).
+    exclude_cidrs: tuple[IPNetwork, ...] = ()
+    health_check_node_ports: Mapping[ObjectKey, int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    rejections: tuple[Rejection, ...] = ()
