@@ -1,0 +1,232 @@
+"""Network namespaces as pods, the node they hang off, and sockets opened inside them.
+
+A socket keeps the namespace it was created in, so servers and clients run as threads of the
+test process: ``inside(namespace)`` switches only the calling thread (setns(2)) and back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import socket
+import socketserver
+import subprocess
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+NODE_IPV4 = ipaddress.IPv4Address("10.240.0.10")
+NODE_IPV6 = ipaddress.IPv6Address("fd00:10:240::10")
+POD_GATEWAY_IPV4 = "169.254.1.1"
+POD_GATEWAY_IPV6 = "fe80::1"
+POD_CIDR_IPV4 = ipaddress.IPv4Network("10.244.1.0/24")
+POD_CIDR_IPV6 = ipaddress.IPv6Network("fd00:10:244:1::/64")
+
+
+def sh(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _setns(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {path}")
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def inside(namespace: str | None) -> Iterator[None]:
+    """Run the block in ``namespace`` (None: the node's own)."""
+    if namespace is None:
+        yield
+        return
+    original = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        _setns(f"/run/netns/{namespace}")
+        yield
+    finally:
+        _libc.setns(original, CLONE_NEWNET)
+        os.close(original)
+
+
+def sysctl(name: str, value: str, namespace: str | None = None) -> None:
+    prefix = ("ip", "netns", "exec", namespace) if namespace else ()
+    sh(*prefix, "sysctl", "-q", "-w", f"{name}={value}")
+
+
+class _NameReplyTCP(socketserver.BaseRequestHandler):
+    """Answers every line a client sends with the pod's name, until the client closes."""
+
+    def handle(self) -> None:
+        name = self.server.pod_name  # type: ignore[attr-defined]
+        stream = self.request.makefile("rb")
+        for _ in stream:
+            self.request.sendall(f"{name}\n".encode())
+
+
+class _NameReplyUDP(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        _data, sock = self.request
+        sock.sendto(self.server.pod_name.encode(), self.client_address)  # type: ignore[attr-defined]
+
+
+class _DualStackTCP(socketserver.ThreadingTCPServer):
+    address_family = socket.AF_INET6
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+class _DualStackUDP(socketserver.ThreadingUDPServer):
+    address_family = socket.AF_INET6
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+@dataclass
+class Pod:
+    name: str
+    namespace: str
+    ipv4: ipaddress.IPv4Address
+    ipv6: ipaddress.IPv6Address
+    host_veth: str
+    servers: list[socketserver.BaseServer] = field(default_factory=list)
+
+    def serve(self, port: int = 8080) -> None:
+        """Start TCP and UDP servers on ``port`` (both families) that answer with the pod's name."""
+        with inside(self.namespace):
+            for server in (
+                _DualStackTCP(("::", port), _NameReplyTCP),
+                _DualStackUDP(("::", port), _NameReplyUDP),
+            ):
+                server.pod_name = self.name  # type: ignore[attr-defined]
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                self.servers.append(server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        self.servers.clear()
+
+
+class Node:
+    """The lab kernel's root namespace dressed as a Kubernetes node."""
+
+    def __init__(self) -> None:
+        self.ipv4 = NODE_IPV4
+        self.ipv6 = NODE_IPV6
+        self.pods: list[Pod] = []
+
+    def set_up(self) -> None:
+        sh("ip", "link", "add", "eth0", "type", "dummy")
+        sh("ip", "link", "set", "eth0", "up")
+        sh("ip", "addr", "add", f"{self.ipv4}/24", "dev", "eth0")
+        sh("ip", "-6", "addr", "add", f"{self.ipv6}/64", "dev", "eth0", "nodad")
+        sysctl("net.ipv4.ip_forward", "1")
+        sysctl("net.ipv6.conf.all.forwarding", "1")
+
+    def add_pod(self, name: str) -> Pod:
+        index = len(self.pods) + 2
+        pod = Pod(
+            name=name,
+            namespace=f"pod-{name}",
+            ipv4=POD_CIDR_IPV4[index],
+            ipv6=POD_CIDR_IPV6[index],
+            host_veth=f"veth{index}",
+        )
+        ns = pod.namespace
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", pod.host_veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        # Calico-style: the pod routes everything through a link-local gateway on the node side.
+        sh("ip", "addr", "add", f"{POD_GATEWAY_IPV4}/32", "dev", pod.host_veth)
+        sh("ip", "-6", "addr", "add", f"{POD_GATEWAY_IPV6}/64", "dev", pod.host_veth, "nodad")
+        sh("ip", "link", "set", pod.host_veth, "up")
+        sh("ip", "route", "add", f"{pod.ipv4}/32", "dev", pod.host_veth)
+        sh("ip", "-6", "route", "add", f"{pod.ipv6}/128", "dev", pod.host_veth)
+        netns = ("ip", "netns", "exec", ns)
+        sh(*netns, "ip", "link", "set", "lo", "up")
+        sh(*netns, "ip", "addr", "add", f"{pod.ipv4}/32", "dev", "eth0")
+        sh(*netns, "ip", "-6", "addr", "add", f"{pod.ipv6}/128", "dev", "eth0", "nodad")
+        sh(*netns, "ip", "link", "set", "eth0", "up")
+        sh(*netns, "ip", "route", "add", POD_GATEWAY_IPV4, "dev", "eth0", "scope", "link")
+        sh(*netns, "ip", "route", "add", "default", "via", POD_GATEWAY_IPV4, "dev", "eth0")
+        sh(*netns, "ip", "-6", "route", "add", "default", "via", POD_GATEWAY_IPV6, "dev", "eth0")
+        self.pods.append(pod)
+        return pod
+
+    def tear_down(self) -> None:
+        for pod in self.pods:
+            pod.stop()
+            sh("ip", "link", "del", pod.host_veth)
+            sh("ip", "netns", "del", pod.namespace)
+        self.pods.clear()
+        sh("ip", "link", "del", "eth0")
+
+
+def _family(address: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+
+
+class Client:
+    """Opens connections from one namespace (None: from the node itself)."""
+
+    def __init__(self, namespace: str | None, timeout: float = 5.0) -> None:
+        self.namespace = namespace
+        self.timeout = timeout
+
+    def connect(self, address: str, port: int) -> socket.socket:
+        with inside(self.namespace):
+            sock = socket.socket(_family(address), socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect((address, port))
+        return sock
+
+    def tcp_names(self, address: str, port: int, count: int) -> Counter[str]:
+        """``count`` fresh TCP connections, each asking once who answers."""
+        names: Counter[str] = Counter()
+        for _ in range(count):
+            with self.connect(address, port) as sock:
+                names[ask(sock)] += 1
+        return names
+
+    def udp_names(self, address: str, port: int, count: int) -> Counter[str]:
+        names: Counter[str] = Counter()
+        for _ in range(count):
+            with inside(self.namespace):
+                sock = socket.socket(_family(address), socket.SOCK_DGRAM)
+            with sock:
+                sock.settimeout(self.timeout)
+                sock.sendto(b"who\n", (address, port))
+                names[sock.recv(256).decode()] += 1
+        return names
+
+
+def ask(sock: socket.socket) -> str:
+    """One request on an open connection: the name of the pod that answers it."""
+    sock.sendall(b"who\n")
+    reply = b""
+    while not reply.endswith(b"\n"):
+        chunk = sock.recv(256)
+        if not chunk:
+            raise ConnectionError("connection closed before the pod answered")
+        reply += chunk
+    return reply.decode().strip()
