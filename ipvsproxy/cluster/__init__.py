@@ -1,0 +1,1 @@
+"""Cluster objects in: API JSON and manifest files turned into slim model objects."""

@@ -1,0 +1,388 @@
+"""API JSON (camelCase dicts, as the API sends them) to slim model objects.
+
+Plain dict walking rather than the kubernetes client's generated classes: those cost too much
+at 10,000 services. Malformed objects become Rejections, never exceptions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ipvsproxy.model import (
+    ClusterSnapshot,
+    Endpoint,
+    EndpointConditions,
+    EndpointPort,
+    EndpointSlice,
+    LoadBalancerIngress,
+    Node,
+    ObjectKey,
+    Protocol,
+    Rejection,
+    Service,
+    ServicePort,
+    ServiceType,
+    TrafficPolicy,
+)
+
+DEFAULT_AFFINITY_TIMEOUT = 10800
+MAX_AFFINITY_TIMEOUT = 86400
+_PROTOCOLS = {p.value: p for p in Protocol}
+_SERVICE_TYPES = {t.value: t for t in ServiceType}
+
+
+class ParseError(ValueError):
+    """One object, or one field of it, is malformed; callers turn it into a Rejection."""
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{what} is not an object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{what} is not a list")
+    return value
+
+
+def _str(value: Any, what: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ParseError(f"{what} is not a string")
+    return value
+
+
+def _int(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{what} is not an integer")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise ParseError(f"{what} is not a boolean")
+    return value
+
+
+def _str_map(value: Any, what: str) -> Mapping[str, str]:
+    raw = _mapping(value, what)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ParseError(f"{what} has non-string entries")
+    return MappingProxyType(dict(raw))
+
+
+def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
+    items = _list(value, what)
+    if not all(isinstance(item, str) for item in items):
+        raise ParseError(f"{what} has non-string entries")
+    return tuple(items)
+
+
+def _protocol(value: Any, what: str) -> Protocol:
+    name = _str(value, what, default="TCP")
+    try:
+        return _PROTOCOLS[name]
+    except KeyError:
+        raise ParseError(f"{what}: unknown protocol {name!r}") from None
+
+
+def object_key(obj: Mapping[str, Any], *, namespaced: bool = True) -> ObjectKey:
+    metadata = _mapping(obj.get("metadata"), "metadata")
+    name = _str(metadata.get("name"), "metadata.name")
+    if not name:
+        raise ParseError("metadata.name is missing")
+    namespace = _str(metadata.get("namespace"), "metadata.namespace", default="default")
+    return ObjectKey(namespace if namespaced else "", name)
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """A best-effort name for an object that may be too broken to parse."""
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        if isinstance(name, str):
+            return f"{kind} {namespace}/{name}" if isinstance(namespace, str) else f"{kind} {name}"
+    return f"{kind} (unnamed)"
+
+
+def _service_port(raw: Any, index: int) -> ServicePort:
+    spec = _mapping(raw, f"spec.ports[{index}]")
+    what = f"spec.ports[{index}]"
+    port = _int(spec.get("port"), f"{what}.port")
+    if port is None or not 1 <= port <= 65535:
+        raise ParseError(f"{what}.port {port} is outside 1-65535")
+    node_port = _int(spec.get("nodePort"), f"{what}.nodePort")
+    if node_port is not None and node_port != 0 and not 1 <= node_port <= 65535:
+        raise ParseError(f"{what}.nodePort {node_port} is outside 1-65535")
+    target = spec.get("targetPort")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, int | str)):
+        raise ParseError(f"{what}.targetPort is neither a number nor a name")
+    return ServicePort(
+        name=_str(spec.get("name"), f"{what}.name"),
+        protocol=_protocol(spec.get("protocol"), f"{what}.protocol"),
+        port=port,
+        target_port=target,
+        node_port=node_port or None,
+    )
+
+
+def _service_ports(raw: Any, label: str, rejections: list[Rejection]) -> tuple[ServicePort, ...]:
+    """Each bad or conflicting port is dropped on its own; the service keeps the rest."""
+    ports: list[ServicePort] = []
+    seen_names: set[str] = set()
+    seen_numbers: set[tuple[Protocol, int]] = set()
+    for index, item in enumerate(_list(raw, "spec.ports")):
+        try:
+            port = _service_port(item, index)
+        except ParseError as error:
+            rejections.append(Rejection(label, str(error)))
+            continue
+        if port.name in seen_names or (port.protocol, port.port) in seen_numbers:
+            rejections.append(
+                Rejection(label, f"spec.ports[{index}] duplicates another port's name or number")
+            )
+            continue
+        seen_names.add(port.name)
+        seen_numbers.add((port.protocol, port.port))
+        ports.append(port)
+    return tuple(ports)
+
+
+def _affinity_timeout(spec: Mapping[str, Any]) -> int | None:
+    affinity = _str(spec.get("sessionAffinity"), "spec.sessionAffinity", default="None")
+    if affinity != "ClientIP":
+        return None
+    config = _mapping(spec.get("sessionAffinityConfig"), "spec.sessionAffinityConfig")
+    client_ip = _mapping(config.get("clientIP"), "spec.sessionAffinityConfig.clientIP")
+    timeout = _int(client_ip.get("timeoutSeconds"), "timeoutSeconds")
+    if timeout is None:
+        return DEFAULT_AFFINITY_TIMEOUT
+    if not 1 <= timeout <= MAX_AFFINITY_TIMEOUT:
+        raise ParseError(f"sessionAffinity timeoutSeconds {timeout} is outside 1-86400")
+    return timeout
+
+
+def _policy(value: Any, what: str) -> TrafficPolicy:
+    return TrafficPolicy.LOCAL if _str(value, what) == "Local" else TrafficPolicy.CLUSTER
+
+
+def _ingress(raw: Any) -> tuple[LoadBalancerIngress, ...]:
+    result: list[LoadBalancerIngress] = []
+    for index, item in enumerate(_list(raw, "status.loadBalancer.ingress")):
+        entry = _mapping(item, f"status.loadBalancer.ingress[{index}]")
+        ip = _str(entry.get("ip"), f"ingress[{index}].ip")
+        if not ip:
+            continue  # hostname-only ingress: nothing for the proxy to program
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            raise ParseError(f"ingress[{index}].ip {ip!r} is not an IP address") from None
+        mode = _str(entry.get("ipMode"), f"ingress[{index}].ipMode", default="VIP")
+        result.append(LoadBalancerIngress(address, mode))
+    return tuple(result)
+
+
+def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejection]]:
+    """A Service, or None with the reason; port-level problems drop only that port."""
+    label = describe({**obj, "kind": "Service"})
+    rejections: list[Rejection] = []
+    try:
+        key = object_key(obj)
+        label = f"Service {key}"
+        metadata = _mapping(obj.get("metadata"), "metadata")
+        spec = _mapping(obj.get("spec"), "spec")
+        status = _mapping(obj.get("status"), "status")
+        type_name = _str(spec.get("type"), "spec.type", default="ClusterIP")
+        if type_name not in _SERVICE_TYPES:
+            raise ParseError(f"unknown spec.type {type_name!r}")
+        cluster_ips = _str_tuple(spec.get("clusterIPs"), "spec.clusterIPs")
+        if not cluster_ips and spec.get("clusterIP"):
+            cluster_ips = (_str(spec.get("clusterIP"), "spec.clusterIP"),)
+        service = Service(
+            key=key,
+            type=_SERVICE_TYPES[type_name],
+            cluster_ips=cluster_ips,
+            ports=_service_ports(spec.get("ports"), label, rejections),
+            external_ips=_str_tuple(spec.get("externalIPs"), "spec.externalIPs"),
+            load_balancer_ingress=_ingress(
+                _mapping(status.get("loadBalancer"), "status.loadBalancer").get("ingress")
+            ),
+            load_balancer_source_ranges=_str_tuple(
+                spec.get("loadBalancerSourceRanges"), "spec.loadBalancerSourceRanges"
+            ),
+            session_affinity_timeout=_affinity_timeout(spec),
+            external_traffic_policy=_policy(
+                spec.get("externalTrafficPolicy"), "spec.externalTrafficPolicy"
+            ),
+            internal_traffic_policy=_policy(
+                spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy"
+            ),
+            health_check_node_port=_int(spec.get("healthCheckNodePort"), "healthCheckNodePort")
+            or None,
+            traffic_distribution=_str(spec.get("trafficDistribution"), "trafficDistribution")
+            or None,
+            labels=_str_map(metadata.get("labels"), "metadata.labels"),
+            annotations=_str_map(metadata.get("annotations"), "metadata.annotations"),
+            resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
+        )
+    except ParseError as error:
+        return None, [*rejections, Rejection(label, str(error))]
+    return service, rejections
+
+
+def _conditions(raw: Any) -> EndpointConditions:
+    conditions = _mapping(raw, "conditions")
+    ready = _bool(conditions.get("ready"), "conditions.ready")
+    serving = _bool(conditions.get("serving"), "conditions.serving")
+    terminating = _bool(conditions.get("terminating"), "conditions.terminating")
+    ready = True if ready is None else ready
+    return EndpointConditions(
+        ready=ready,
+        serving=ready if serving is None else serving,
+        terminating=bool(terminating),
+    )
+
+
+def _hints(raw: Any, field_name: str) -> tuple[str, ...] | None:
+    hints = _mapping(raw, "hints")
+    if field_name not in hints:
+        return None
+    names: list[str] = []
+    for item in _list(hints.get(field_name), f"hints.{field_name}"):
+        names.append(_str(_mapping(item, f"hints.{field_name}[]").get("name"), "hint name"))
+    return tuple(names)
+
+
+def _endpoint(raw: Any, index: int) -> Endpoint:
+    entry = _mapping(raw, f"endpoints[{index}]")
+    addresses = _str_tuple(entry.get("addresses"), f"endpoints[{index}].addresses")
+    if not addresses:
+        raise ParseError(f"endpoints[{index}] has no addresses")
+    return Endpoint(
+        addresses=addresses,
+        conditions=_conditions(entry.get("conditions")),
+        node_name=_str(entry.get("nodeName"), "nodeName") or None,
+        zone=_str(entry.get("zone"), "zone") or None,
+        hints_for_zones=_hints(entry.get("hints"), "forZones"),
+        hints_for_nodes=_hints(entry.get("hints"), "forNodes"),
+    )
+
+
+def _endpoint_port(raw: Any, index: int) -> EndpointPort:
+    entry = _mapping(raw, f"ports[{index}]")
+    port = _int(entry.get("port"), f"ports[{index}].port")
+    if port is not None and not 1 <= port <= 65535:
+        raise ParseError(f"ports[{index}].port {port} is outside 1-65535")
+    return EndpointPort(
+        name=_str(entry.get("name"), f"ports[{index}].name"),
+        port=port,
+        protocol=_protocol(entry.get("protocol"), f"ports[{index}].protocol"),
+    )
+
+
+def parse_endpoint_slice(
+    obj: Mapping[str, Any],
+) -> tuple[EndpointSlice | None, list[Rejection]]:
+    """A slice, or None; a bad endpoint or port is dropped alone."""
+    label = describe({**obj, "kind": "EndpointSlice"})
+    rejections: list[Rejection] = []
+    try:
+        key = object_key(obj)
+        label = f"EndpointSlice {key}"
+        metadata = _mapping(obj.get("metadata"), "metadata")
+        labels = _str_map(metadata.get("labels"), "metadata.labels")
+        service_name = labels.get("kubernetes.io/service-name", "")
+        if not service_name:
+            raise ParseError("no kubernetes.io/service-name label")
+        endpoints: list[Endpoint] = []
+        for index, item in enumerate(_list(obj.get("endpoints"), "endpoints")):
+            try:
+                endpoints.append(_endpoint(item, index))
+            except ParseError as error:
+                rejections.append(Rejection(label, str(error)))
+        ports: list[EndpointPort] = []
+        for index, item in enumerate(_list(obj.get("ports"), "ports")):
+            try:
+                ports.append(_endpoint_port(item, index))
+            except ParseError as error:
+                rejections.append(Rejection(label, str(error)))
+        endpoint_slice = EndpointSlice(
+            key=key,
+            service_name=service_name,
+            address_type=_str(obj.get("addressType"), "addressType"),
+            endpoints=tuple(endpoints),
+            ports=tuple(ports),
+            resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
+        )
+    except ParseError as error:
+        return None, [*rejections, Rejection(label, str(error))]
+    return endpoint_slice, rejections
+
+
+def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
+    label = describe({**obj, "kind": "Node"})
+    try:
+        key = object_key(obj, namespaced=False)
+        metadata = _mapping(obj.get("metadata"), "metadata")
+        status = _mapping(obj.get("status"), "status")
+        addresses: list[str] = []
+        for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
+            entry = _mapping(item, f"status.addresses[{index}]")
+            if _str(entry.get("type"), "address type") in ("InternalIP", "ExternalIP"):
+                addresses.append(_str(entry.get("address"), "address"))
+        node = Node(
+            name=key.name,
+            addresses=tuple(addresses),
+            labels=_str_map(metadata.get("labels"), "metadata.labels"),
+        )
+    except ParseError as error:
+        return None, [Rejection(label, str(error))]
+    return node, []
+
+
+def snapshot_from_objects(
+    objects: Iterable[Mapping[str, Any]], node_name: str | None
+) -> tuple[ClusterSnapshot, list[Rejection]]:
+    """Services, slices and the Node called ``node_name``; other kinds are ignored."""
+    services: dict[ObjectKey, Service] = {}
+    slices: dict[ObjectKey, EndpointSlice] = {}
+    node: Node | None = None
+    rejections: list[Rejection] = []
+    for obj in objects:
+        if not isinstance(obj, Mapping):
+            rejections.append(Rejection("object (unnamed)", "not an object"))
+            continue
+        kind = obj.get("kind")
+        if kind == "Service":
+            service, problems = parse_service(obj)
+            rejections.extend(problems)
+            if service is not None:
+                services[service.key] = service
+        elif kind == "EndpointSlice":
+            endpoint_slice, problems = parse_endpoint_slice(obj)
+            rejections.extend(problems)
+            if endpoint_slice is not None:
+                slices[endpoint_slice.key] = endpoint_slice
+        elif kind == "Node":
+            parsed, problems = parse_node(obj)
+            rejections.extend(problems)
+            if parsed is not None and parsed.name == node_name:
+                node = parsed
+    return ClusterSnapshot(
+        services=MappingProxyType(services), endpoint_slices=MappingProxyType(slices), node=node
+    ), rejections

@@ -1,0 +1,235 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ipvsproxy.cluster.parse import (
+    parse_endpoint_slice,
+    parse_node,
+    parse_service,
+    snapshot_from_objects,
+)
+from ipvsproxy.model import EndpointConditions, ObjectKey, Protocol, ServiceType, TrafficPolicy
+
+
+def service(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"kind": "Service", "metadata": {"name": "s", "namespace": "ns"}, "spec": spec, **extra}
+
+
+def test_service_fields_are_read_from_camel_case() -> None:
+    parsed, rejections = parse_service(
+        service(
+            {
+                "type": "LoadBalancer",
+                "clusterIPs": ["10.0.0.1", "fd00::1"],
+                "ports": [{"name": "http", "port": 80, "nodePort": 30080, "targetPort": "web"}],
+                "sessionAffinity": "ClientIP",
+                "externalTrafficPolicy": "Local",
+                "healthCheckNodePort": 32000,
+            },
+            status={"loadBalancer": {"ingress": [{"ip": "1.2.3.4", "ipMode": "Proxy"}]}},
+        )
+    )
+    assert rejections == []
+    assert parsed is not None
+    assert parsed.key == ObjectKey("ns", "s")
+    assert parsed.type is ServiceType.LOAD_BALANCER
+    assert parsed.cluster_ips == ("10.0.0.1", "fd00::1")
+    assert parsed.ports[0].protocol is Protocol.TCP
+    assert parsed.ports[0].node_port == 30080
+    assert parsed.ports[0].target_port == "web"
+    assert parsed.session_affinity_timeout == 10800
+    assert parsed.external_traffic_policy is TrafficPolicy.LOCAL
+    assert parsed.health_check_node_port == 32000
+    assert parsed.load_balancer_ingress[0].ip_mode == "Proxy"
+
+
+@pytest.mark.parametrize(
+    ("port", "reason"),
+    [
+        ({"name": "a", "port": 0}, "outside 1-65535"),
+        ({"name": "a", "port": 70000}, "outside 1-65535"),
+        ({"name": "a", "port": 80, "protocol": "ICMP"}, "unknown protocol"),
+        ({"name": "a", "port": 80, "nodePort": 99999}, "nodePort"),
+        ({"name": "a", "port": "eighty"}, "not an integer"),
+    ],
+)
+def test_bad_port_is_dropped_alone(port: dict[str, Any], reason: str) -> None:
+    good = {"name": "ok", "port": 443}
+    parsed, rejections = parse_service(service({"clusterIP": "10.0.0.1", "ports": [good, port]}))
+    assert parsed is not None
+    assert [p.name for p in parsed.ports] == ["ok"]
+    assert len(rejections) == 1
+    assert reason in rejections[0].reason
+
+
+def test_duplicate_port_is_dropped() -> None:
+    ports = [{"name": "a", "port": 80}, {"name": "b", "port": 80}, {"name": "a", "port": 81}]
+    parsed, rejections = parse_service(service({"clusterIP": "10.0.0.1", "ports": ports}))
+    assert parsed is not None
+    assert [p.name for p in parsed.ports] == ["a"]
+    assert len(rejections) == 2
+
+
+def test_affinity_timeout_is_read() -> None:
+    spec = {
+        "sessionAffinity": "ClientIP",
+        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+    }
+    parsed, _ = parse_service(service(spec))
+    assert parsed is not None
+    assert parsed.session_affinity_timeout == 60
+
+
+def test_unknown_service_type_rejects_service() -> None:
+    parsed, rejections = parse_service(service({"type": "Magic"}))
+    assert parsed is None
+    assert rejections[0].object == "Service ns/s"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({}, EndpointConditions(ready=True, serving=True, terminating=False)),
+        ({"ready": False}, EndpointConditions(ready=False, serving=False, terminating=False)),
+        (
+            {"ready": False, "serving": True, "terminating": True},
+            EndpointConditions(ready=False, serving=True, terminating=True),
+        ),
+    ],
+)
+def test_endpoint_conditions_defaults(raw: dict[str, Any], expected: EndpointConditions) -> None:
+    parsed, _ = parse_endpoint_slice(
+        {
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "e",
+                "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": "s"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.1"], "conditions": raw}],
+        }
+    )
+    assert parsed is not None
+    assert parsed.endpoints[0].conditions == expected
+
+
+def test_endpoint_without_addresses_is_dropped() -> None:
+    parsed, rejections = parse_endpoint_slice(
+        {
+            "metadata": {
+                "name": "e",
+                "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": "s"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": []},
+                {
+                    "addresses": ["10.1.0.1"],
+                    "nodeName": "n1",
+                    "hints": {"forZones": [{"name": "z1"}]},
+                },
+            ],
+            "ports": [{"name": "", "port": 8080, "protocol": "UDP"}],
+        }
+    )
+    assert parsed is not None
+    assert parsed.service == ObjectKey("ns", "s")
+    assert len(parsed.endpoints) == 1
+    assert parsed.endpoints[0].hints_for_zones == ("z1",)
+    assert parsed.ports[0].protocol is Protocol.UDP
+    assert "no addresses" in rejections[0].reason
+
+
+def test_slice_without_service_label_is_rejected() -> None:
+    parsed, rejections = parse_endpoint_slice({"metadata": {"name": "e"}})
+    assert parsed is None
+    assert rejections
+
+
+def test_node_keeps_internal_and_external_addresses() -> None:
+    parsed, _ = parse_node(
+        {
+            "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": "192.168.1.1"},
+                    {"type": "Hostname", "address": "n1"},
+                ]
+            },
+        }
+    )
+    assert parsed is not None
+    assert parsed.addresses == ("192.168.1.1",)
+    assert parsed.zone == "z1"
+
+
+def test_snapshot_picks_own_node_and_ignores_other_kinds() -> None:
+    snapshot, rejections = snapshot_from_objects(
+        [
+            {"kind": "Node", "metadata": {"name": "a"}},
+            {"kind": "Node", "metadata": {"name": "b"}},
+            {"kind": "ConfigMap", "metadata": {"name": "c"}},
+            service({"clusterIP": "10.0.0.1"}),
+        ],
+        "b",
+    )
+    assert rejections == []
+    assert snapshot.node is not None
+    assert snapshot.node.name == "b"
+    assert list(snapshot.services) == [ObjectKey("ns", "s")]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "kind",
+                    "metadata",
+                    "name",
+                    "namespace",
+                    "spec",
+                    "ports",
+                    "port",
+                    "clusterIPs",
+                    "endpoints",
+                    "addresses",
+                    "labels",
+                    "status",
+                    "type",
+                    "protocol",
+                    "conditions",
+                ]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["kind", "metadata", "spec", "status", "endpoints", "ports"]),
+            json_values,
+        )
+    )
+)
+def test_garbage_never_raises(objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        obj.setdefault("kind", "Service")
+    snapshot_from_objects(objects, "n")
+    for obj in objects:
+        parse_service(obj)
+        parse_endpoint_slice(obj)
+        parse_node(obj)
