@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import (
@@ -217,6 +217,7 @@ json_values = st.recursive(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     st.lists(
         st.dictionaries(
