@@ -1,0 +1,380 @@
+"""IPVS virtual servers: the real kernel over generic netlink, and an in-memory fake.
+
+``NetlinkIPVS`` encodes requests with pyroute2's message classes but sends them on its own
+netlink socket, many per ``sendmsg``, and matches each ack to its op by sequence number, so
+one refused op becomes that op's ``OpError`` while the rest still apply.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyroute2 import IPVS
+from pyroute2.netlink.generic import ipvs as genl_ipvs
+
+from ipvsproxy.model import (
+    SCHEDULERS,
+    AddRealServer,
+    AddVirtualServer,
+    BatchResult,
+    DeleteRealServer,
+    DeleteVirtualServer,
+    ForwardMethod,
+    IPAddress,
+    IPVSOp,
+    IPVSTable,
+    OpError,
+    Protocol,
+    RealServer,
+    RealServerKey,
+    RealServerState,
+    ServiceFlags,
+    TrafficStats,
+    UpdateRealServer,
+    UpdateVirtualServer,
+    VirtualServer,
+    VirtualServerKey,
+    VirtualServerState,
+)
+
+NETLINK_GENERIC = 16
+NLM_F_REQUEST = 0x01
+NLM_F_MULTI = 0x02
+NLM_F_ACK = 0x04
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+SOL_NETLINK = 270
+NETLINK_CAP_ACK = 10
+NLMSG_HEADER = struct.Struct("=IHHII")
+# Acks of one sendmsg queue on our socket until we read them; keep a batch well inside it.
+BATCH_SIZE = 256
+RECEIVE_BUFFER = 8 * 1024 * 1024
+
+IP_PROTOCOLS = {
+    Protocol.TCP: socket.IPPROTO_TCP,
+    Protocol.UDP: socket.IPPROTO_UDP,
+    Protocol.SCTP: socket.IPPROTO_SCTP,
+}
+PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
+WRITABLE_FLAGS = ~ServiceFlags.HASHED & 0xFFFF
+
+
+def _family(address: IPAddress) -> int:
+    return socket.AF_INET if address.version == 4 else socket.AF_INET6
+
+
+def _service_key_attrs(key: VirtualServerKey) -> list[tuple[str, Any]]:
+    return [
+        ("IPVS_SVC_ATTR_AF", _family(key.address)),
+        ("IPVS_SVC_ATTR_PROTOCOL", IP_PROTOCOLS[key.protocol]),
+        ("IPVS_SVC_ATTR_ADDR", str(key.address)),
+        ("IPVS_SVC_ATTR_PORT", key.port),
+    ]
+
+
+def _service_attrs(server: VirtualServer) -> list[tuple[str, Any]]:
+    netmask = 0xFFFFFFFF if server.key.address.version == 4 else 128
+    return [
+        *_service_key_attrs(server.key),
+        ("IPVS_SVC_ATTR_SCHED_NAME", server.scheduler),
+        ("IPVS_SVC_ATTR_FLAGS", {"flags": server.flags & WRITABLE_FLAGS, "mask": WRITABLE_FLAGS}),
+        ("IPVS_SVC_ATTR_TIMEOUT", server.timeout),
+        ("IPVS_SVC_ATTR_NETMASK", str(ipaddress.IPv4Address(netmask))),
+    ]
+
+
+def _dest_key_attrs(key: RealServerKey) -> list[tuple[str, Any]]:
+    return [
+        ("IPVS_DEST_ATTR_ADDR_FAMILY", _family(key.address)),
+        ("IPVS_DEST_ATTR_ADDR", str(key.address)),
+        ("IPVS_DEST_ATTR_PORT", key.port),
+    ]
+
+
+def _dest_attrs(server: RealServer) -> list[tuple[str, Any]]:
+    return [
+        *_dest_key_attrs(server.key),
+        ("IPVS_DEST_ATTR_FWD_METHOD", int(server.forward)),
+        ("IPVS_DEST_ATTR_WEIGHT", server.weight),
+        ("IPVS_DEST_ATTR_U_THRESH", server.upper_threshold),
+        ("IPVS_DEST_ATTR_L_THRESH", server.lower_threshold),
+    ]
+
+
+def _request(op: IPVSOp) -> tuple[int, int, list[tuple[str, Any]]]:
+    """The command, extra netlink flags and attributes that carry one op."""
+    service = "IPVS_CMD_ATTR_SERVICE"
+    match op:
+        case AddVirtualServer(server):
+            create = NLM_F_CREATE | NLM_F_EXCL
+            return genl_ipvs.IPVS_CMD_NEW_SERVICE, create, [(service, _nla(_service_attrs(server)))]
+        case UpdateVirtualServer(server):
+            return genl_ipvs.IPVS_CMD_SET_SERVICE, 0, [(service, _nla(_service_attrs(server)))]
+        case DeleteVirtualServer(key):
+            return genl_ipvs.IPVS_CMD_DEL_SERVICE, 0, [(service, _nla(_service_key_attrs(key)))]
+        case AddRealServer(virtual, server):
+            attrs = _dest_request(virtual, _dest_attrs(server))
+            return genl_ipvs.IPVS_CMD_NEW_DEST, NLM_F_CREATE | NLM_F_EXCL, attrs
+        case UpdateRealServer(virtual, server):
+            attrs = _dest_request(virtual, _dest_attrs(server))
+            return genl_ipvs.IPVS_CMD_SET_DEST, 0, attrs
+        case DeleteRealServer(virtual, key):
+            attrs = _dest_request(virtual, _dest_key_attrs(key))
+            return genl_ipvs.IPVS_CMD_DEL_DEST, 0, attrs
+    raise TypeError(f"not an IPVS op: {op!r}")
+
+
+def _dest_request(virtual: VirtualServerKey, dest: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    return [
+        ("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(virtual))),
+        ("IPVS_CMD_ATTR_DEST", _nla(dest)),
+    ]
+
+
+def _nla(attrs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {"attrs": attrs}
+
+
+def _stats(attrs: Any) -> TrafficStats:
+    if attrs is None:
+        return TrafficStats()
+    return TrafficStats(
+        connections=attrs.get("IPVS_STATS_ATTR_CONNS") or 0,
+        packets_in=attrs.get("IPVS_STATS_ATTR_INPKTS") or 0,
+        packets_out=attrs.get("IPVS_STATS_ATTR_OUTPKTS") or 0,
+        bytes_in=attrs.get("IPVS_STATS_ATTR_INBYTES") or 0,
+        bytes_out=attrs.get("IPVS_STATS_ATTR_OUTBYTES") or 0,
+    )
+
+
+def _stats_of(attrs: Any, prefix: str) -> TrafficStats:
+    return _stats(attrs.get(f"{prefix}STATS64") or attrs.get(f"{prefix}STATS"))
+
+
+def _virtual_server(attrs: Any) -> VirtualServer | None:
+    """None for what we do not manage (firewall-mark services)."""
+    if attrs.get("IPVS_SVC_ATTR_FWMARK"):
+        return None
+    flags = attrs.get("IPVS_SVC_ATTR_FLAGS")
+    key = VirtualServerKey(
+        protocol=PROTOCOLS_BY_NUMBER[attrs.get("IPVS_SVC_ATTR_PROTOCOL")],
+        address=ipaddress.ip_address(attrs.get("IPVS_SVC_ATTR_ADDR")),
+        port=attrs.get("IPVS_SVC_ATTR_PORT"),
+    )
+    return VirtualServer(
+        key=key,
+        scheduler=attrs.get("IPVS_SVC_ATTR_SCHED_NAME"),
+        flags=ServiceFlags(flags["flags"] & WRITABLE_FLAGS),
+        timeout=attrs.get("IPVS_SVC_ATTR_TIMEOUT") or 0,
+    )
+
+
+def _real_server_state(attrs: Any) -> RealServerState:
+    server = RealServer(
+        key=RealServerKey(
+            address=ipaddress.ip_address(attrs.get("IPVS_DEST_ATTR_ADDR")),
+            port=attrs.get("IPVS_DEST_ATTR_PORT"),
+        ),
+        weight=attrs.get("IPVS_DEST_ATTR_WEIGHT"),
+        forward=ForwardMethod(attrs.get("IPVS_DEST_ATTR_FWD_METHOD") & 0x7),
+        upper_threshold=attrs.get("IPVS_DEST_ATTR_U_THRESH") or 0,
+        lower_threshold=attrs.get("IPVS_DEST_ATTR_L_THRESH") or 0,
+    )
+    return RealServerState(
+        server=server,
+        active_connections=attrs.get("IPVS_DEST_ATTR_ACTIVE_CONNS") or 0,
+        inactive_connections=attrs.get("IPVS_DEST_ATTR_INACT_CONNS") or 0,
+        persistent_connections=attrs.get("IPVS_DEST_ATTR_PERSIST_CONNS") or 0,
+        stats=_stats_of(attrs, "IPVS_DEST_ATTR_"),
+    )
+
+
+class NetlinkIPVS:
+    """The kernel's IPVS table through the "IPVS" generic netlink family."""
+
+    def __init__(self, batch_size: int = BATCH_SIZE) -> None:
+        resolver = IPVS()
+        try:
+            self._family_id: int = resolver.prid
+        finally:
+            resolver.close()
+        self._batch_size = batch_size
+        self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        # Error acks then carry only the failed request's header, not its whole body.
+        self._socket.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        self._socket.bind((0, 0))
+        self._sequence = 0
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def __enter__(self) -> NetlinkIPVS:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _encode(self, command: int, flags: int, attrs: list[tuple[str, Any]]) -> tuple[int, bytes]:
+        self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+        message = genl_ipvs.ipvsmsg()
+        message["cmd"] = command
+        message["version"] = genl_ipvs.GENL_VERSION
+        message["attrs"] = attrs
+        message["header"]["type"] = self._family_id
+        message["header"]["flags"] = flags
+        message["header"]["sequence_number"] = self._sequence
+        message.encode()
+        return self._sequence, bytes(message.data)
+
+    def _messages(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """(type, flags, sequence, whole message) for each message of one recv."""
+        data = self._socket.recv(1 << 20)
+        offset = 0
+        while offset + NLMSG_HEADER.size <= len(data):
+            length, kind, flags, sequence, _ = NLMSG_HEADER.unpack_from(data, offset)
+            yield kind, flags, sequence, data[offset : offset + length]
+            offset += (length + 3) & ~3
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        results: BatchResult = []
+        for start in range(0, len(ops), self._batch_size):
+            results.extend(self._apply_batch(ops[start : start + self._batch_size]))
+        return results
+
+    def _apply_batch(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        index_by_sequence: dict[int, int] = {}
+        chunks: list[bytes] = []
+        for index, op in enumerate(ops):
+            command, flags, attrs = _request(op)
+            sequence, data = self._encode(command, NLM_F_REQUEST | NLM_F_ACK | flags, attrs)
+            index_by_sequence[sequence] = index
+            chunks.append(data)
+        self._socket.sendall(b"".join(chunks))
+        results: BatchResult = [None] * len(ops)
+        pending = set(index_by_sequence)
+        while pending:
+            for kind, _, sequence, data in self._messages():
+                if kind != NLMSG_ERROR or sequence not in pending:
+                    continue
+                pending.discard(sequence)
+                (code,) = struct.unpack_from("=i", data, NLMSG_HEADER.size)
+                if code:
+                    results[index_by_sequence[sequence]] = OpError(-code, os.strerror(-code))
+        return results
+
+    def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[Any]:
+        sequence, data = self._encode(command, NLM_F_REQUEST | NLM_F_DUMP, attrs)
+        self._socket.sendall(data)
+        decoded: list[Any] = []
+        while True:
+            for kind, _, reply_sequence, message in self._messages():
+                if reply_sequence != sequence:
+                    continue
+                if kind == NLMSG_DONE:
+                    return decoded
+                if kind == NLMSG_ERROR:
+                    (code,) = struct.unpack_from("=i", message, NLMSG_HEADER.size)
+                    raise OSError(-code, os.strerror(-code))
+                reply = genl_ipvs.ipvsmsg(message)
+                reply.decode()
+                decoded.append(reply)
+
+    def dump(self) -> IPVSTable:
+        table: dict[VirtualServerKey, VirtualServerState] = {}
+        for reply in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
+            attrs = reply.get_attr("IPVS_CMD_ATTR_SERVICE")
+            server = _virtual_server(attrs)
+            if server is None:
+                continue
+            dests = self._dump(
+                genl_ipvs.IPVS_CMD_GET_DEST,
+                [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(server.key)))],
+            )
+            real_servers = {}
+            for dest_reply in dests:
+                state = _real_server_state(dest_reply.get_attr("IPVS_CMD_ATTR_DEST"))
+                real_servers[state.server.key] = state
+            table[server.key] = VirtualServerState(
+                server, real_servers, _stats_of(attrs, "IPVS_SVC_ATTR_")
+            )
+        return table
+
+
+@dataclass
+class _FakeVirtualServer:
+    server: VirtualServer
+    real_servers: dict[RealServerKey, RealServer] = field(default_factory=dict)
+
+
+def _refusal(code: int) -> OpError:
+    return OpError(code, os.strerror(code))
+
+
+class FakeIPVS:
+    """An in-memory IPVS table that refuses ops with the errnos the kernel uses."""
+
+    def __init__(self) -> None:
+        self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
+
+    def dump(self) -> IPVSTable:
+        return {
+            key: VirtualServerState(
+                entry.server,
+                {rs_key: RealServerState(rs) for rs_key, rs in entry.real_servers.items()},
+            )
+            for key, entry in self._table.items()
+        }
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        return [self._apply_one(op) for op in ops]
+
+    def _apply_one(self, op: IPVSOp) -> OpError | None:
+        match op:
+            case AddVirtualServer(server) | UpdateVirtualServer(server):
+                exists = server.key in self._table
+                if isinstance(op, AddVirtualServer) and exists:
+                    return _refusal(errno.EEXIST)
+                if isinstance(op, UpdateVirtualServer) and not exists:
+                    return _refusal(errno.ESRCH)
+                if server.scheduler not in SCHEDULERS:
+                    return _refusal(errno.ENOENT)
+                stored = VirtualServer(
+                    server.key, server.scheduler, server.flags & WRITABLE_FLAGS, server.timeout
+                )
+                if exists:
+                    self._table[server.key].server = stored
+                else:
+                    self._table[server.key] = _FakeVirtualServer(stored)
+            case DeleteVirtualServer(key):
+                if self._table.pop(key, None) is None:
+                    return _refusal(errno.ESRCH)
+            case AddRealServer(virtual, server) | UpdateRealServer(virtual, server):
+                entry = self._table.get(virtual)
+                if entry is None:
+                    return _refusal(errno.ESRCH)
+                if server.key.address.version != virtual.address.version:
+                    return _refusal(errno.EINVAL)
+                exists = server.key in entry.real_servers
+                if isinstance(op, AddRealServer) and exists:
+                    return _refusal(errno.EEXIST)
+                if isinstance(op, UpdateRealServer) and not exists:
+                    return _refusal(errno.ENOENT)
+                entry.real_servers[server.key] = server
+            case DeleteRealServer(virtual, key):
+                entry = self._table.get(virtual)
+                if entry is None:
+                    return _refusal(errno.ESRCH)
+                if entry.real_servers.pop(key, None) is None:
+                    return _refusal(errno.ENOENT)
+        return None

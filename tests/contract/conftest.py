@@ -1,0 +1,30 @@
+"""Contract suites run against the in-memory fakes here and the real kernel inside the lab."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.model import DeleteVirtualServer
+
+IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
+
+
+@pytest.fixture
+def ipvs() -> Iterator[IPVSKernel]:
+    if not IN_LAB:
+        yield FakeIPVS()
+        return
+    kernel = NetlinkIPVS()
+    before = set(kernel.dump())
+    try:
+        yield kernel
+    finally:
+        # The lab kernel is shared by the whole session: remove what this test made.
+        leftovers = set(kernel.dump()) - before
+        kernel.apply([DeleteVirtualServer(key) for key in leftovers])
+        kernel.close()

@@ -1,0 +1,159 @@
+"""The IPVS contract: what NetlinkIPVS does in the kernel, FakeIPVS does in memory."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+
+import pytest
+
+from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.model import (
+    SCHEDULERS,
+    AddRealServer,
+    AddVirtualServer,
+    DeleteRealServer,
+    DeleteVirtualServer,
+    ForwardMethod,
+    Protocol,
+    RealServer,
+    RealServerKey,
+    ServiceFlags,
+    UpdateRealServer,
+    UpdateVirtualServer,
+    VirtualServer,
+    VirtualServerKey,
+)
+
+VIP = {4: ipaddress.ip_address("10.96.0.10"), 6: ipaddress.ip_address("fd00:10:96::10")}
+POD = {4: ipaddress.ip_address("10.244.0.5"), 6: ipaddress.ip_address("fd00:10:244::5")}
+
+
+def _key(family: int, port: int = 80, protocol: Protocol = Protocol.TCP) -> VirtualServerKey:
+    return VirtualServerKey(protocol, VIP[family], port)
+
+
+def _real(family: int, weight: int = 1, port: int = 8080) -> RealServer:
+    return RealServer(RealServerKey(POD[family], port), weight=weight)
+
+
+@pytest.mark.parametrize("family", [4, 6])
+@pytest.mark.parametrize("protocol", list(Protocol))
+def test_added_virtual_and_real_servers_read_back_equal(
+    ipvs: IPVSKernel, family: int, protocol: Protocol
+) -> None:
+    server = VirtualServer(_key(family, protocol=protocol), scheduler="rr")
+    real = RealServer(RealServerKey(POD[family], 8080), weight=3, upper_threshold=9)
+
+    assert ipvs.apply([AddVirtualServer(server), AddRealServer(server.key, real)]) == [None, None]
+
+    state = ipvs.dump()[server.key]
+    assert state.server == server
+    assert {key: rs.server for key, rs in state.real_servers.items()} == {real.key: real}
+    assert state.real_servers[real.key].server.forward is ForwardMethod.MASQUERADE
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_every_scheduler_reads_back(ipvs: IPVSKernel, scheduler: str) -> None:
+    server = VirtualServer(_key(4), scheduler=scheduler)
+
+    assert ipvs.apply([AddVirtualServer(server)]) == [None]
+
+    assert ipvs.dump()[server.key].server.scheduler == scheduler
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "flags", "timeout"),
+    [
+        ("rr", ServiceFlags.PERSISTENT, 10800),
+        ("sh", ServiceFlags.SCHED1 | ServiceFlags.SCHED2, 0),
+        ("mh", ServiceFlags.SCHED1, 0),
+        ("mh", ServiceFlags.SCHED2, 0),
+    ],
+)
+def test_flags_and_timeout_read_back_without_hashed(
+    ipvs: IPVSKernel, scheduler: str, flags: ServiceFlags, timeout: int
+) -> None:
+    server = VirtualServer(_key(4), scheduler=scheduler, flags=flags, timeout=timeout)
+
+    assert ipvs.apply([AddVirtualServer(server)]) == [None]
+
+    assert ipvs.dump()[server.key].server == server
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_updates_read_back_including_weight_zero(ipvs: IPVSKernel, family: int) -> None:
+    server = VirtualServer(_key(family))
+    ipvs.apply([AddVirtualServer(server), AddRealServer(server.key, _real(family, weight=5))])
+    changed = VirtualServer(server.key, scheduler="wrr", flags=ServiceFlags.PERSISTENT, timeout=60)
+
+    results = ipvs.apply(
+        [UpdateVirtualServer(changed), UpdateRealServer(server.key, _real(family, weight=0))]
+    )
+
+    assert results == [None, None]
+    state = ipvs.dump()[server.key]
+    assert state.server == changed
+    assert state.real_servers[_real(family).key].server.weight == 0
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_deletes_remove(ipvs: IPVSKernel, family: int) -> None:
+    server = VirtualServer(_key(family))
+    ipvs.apply([AddVirtualServer(server), AddRealServer(server.key, _real(family))])
+
+    assert ipvs.apply([DeleteRealServer(server.key, _real(family).key)]) == [None]
+    assert ipvs.dump()[server.key].real_servers == {}
+    assert ipvs.apply([DeleteVirtualServer(server.key)]) == [None]
+    assert server.key not in ipvs.dump()
+
+
+def _errno(ipvs: IPVSKernel, op: object) -> int | None:
+    (result,) = ipvs.apply([op])  # type: ignore[list-item]
+    return None if result is None else result.errno
+
+
+def test_refusals_carry_the_kernel_errno(ipvs: IPVSKernel) -> None:
+    server = VirtualServer(_key(4))
+    missing = VirtualServer(_key(4, port=81))
+    ipvs.apply([AddVirtualServer(server), AddRealServer(server.key, _real(4))])
+
+    assert _errno(ipvs, AddVirtualServer(server)) == errno.EEXIST
+    assert _errno(ipvs, UpdateVirtualServer(missing)) == errno.ESRCH
+    assert _errno(ipvs, DeleteVirtualServer(missing.key)) == errno.ESRCH
+    assert _errno(ipvs, AddVirtualServer(VirtualServer(_key(4, 82), scheduler="nope"))) == (
+        errno.ENOENT
+    )
+    assert _errno(ipvs, AddRealServer(server.key, _real(4))) == errno.EEXIST
+    assert _errno(ipvs, UpdateRealServer(server.key, _real(4, port=1))) == errno.ENOENT
+    assert _errno(ipvs, DeleteRealServer(server.key, _real(4, port=1).key)) == errno.ENOENT
+    assert _errno(ipvs, AddRealServer(missing.key, _real(4))) == errno.ESRCH
+    assert _errno(ipvs, AddRealServer(server.key, _real(6))) == errno.EINVAL
+
+
+def test_a_failed_op_in_a_batch_leaves_the_rest_applied(ipvs: IPVSKernel) -> None:
+    first, last = VirtualServer(_key(4, 1)), VirtualServer(_key(4, 3))
+
+    results = ipvs.apply([AddVirtualServer(first), AddVirtualServer(first), AddVirtualServer(last)])
+
+    assert results[0] is None and results[2] is None
+    assert results[1] is not None and results[1].errno == errno.EEXIST
+    assert {first.key, last.key} <= set(ipvs.dump())
+
+
+def test_a_thousand_virtual_servers_with_two_real_servers_each_dump_whole(
+    ipvs: IPVSKernel,
+) -> None:
+    ops: list[AddVirtualServer | AddRealServer] = []
+    for index in range(1000):
+        key = VirtualServerKey(
+            Protocol.TCP, ipaddress.ip_address(f"10.97.{index // 250}.{index % 250 + 1}"), 80
+        )
+        ops.append(AddVirtualServer(VirtualServer(key)))
+        ops += [AddRealServer(key, _real(4, port=port)) for port in (8080, 8081)]
+
+    assert ipvs.apply(ops) == [None] * len(ops)
+
+    table = ipvs.dump()
+    created = [op.server.key for op in ops if isinstance(op, AddVirtualServer)]
+    assert all(len(table[key].real_servers) == 2 for key in created)
