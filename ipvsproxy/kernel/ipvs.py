@@ -83,13 +83,18 @@ def _service_key_attrs(key: VirtualServerKey) -> list[tuple[str, Any]]:
 
 
 def _service_attrs(server: VirtualServer) -> list[tuple[str, Any]]:
-    netmask = 0xFFFFFFFF if server.key.address.version == 4 else 128
+    # The kernel reads an IPv6 netmask as a prefix length in host byte order.
+    netmask = (
+        "255.255.255.255"
+        if server.key.address.version == 4
+        else socket.inet_ntoa(struct.pack("=I", 128))
+    )
     return [
         *_service_key_attrs(server.key),
         ("IPVS_SVC_ATTR_SCHED_NAME", server.scheduler),
         ("IPVS_SVC_ATTR_FLAGS", {"flags": server.flags & WRITABLE_FLAGS, "mask": WRITABLE_FLAGS}),
         ("IPVS_SVC_ATTR_TIMEOUT", server.timeout),
-        ("IPVS_SVC_ATTR_NETMASK", str(ipaddress.IPv4Address(netmask))),
+        ("IPVS_SVC_ATTR_NETMASK", netmask),
     ]
 
 
