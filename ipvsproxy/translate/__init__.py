@@ -1,0 +1,6 @@
+"""Pure translation of a cluster snapshot into the desired kernel state."""
+
+from ipvsproxy.translate.settings import Settings
+from ipvsproxy.translate.translate import translate
+
+__all__ = ["Settings", "translate"]
