@@ -154,9 +154,10 @@ def _service_servers(
                 for ip in node_addresses
                 if IPFamily.of(ip) in families
             ]
+        candidates = {family: _candidates(port, slices, family) for family in families}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            reals = _usable(_candidates(port, slices, family), node_name, local_only)
+            reals = _usable(candidates.get(family, {}), node_name, local_only)
             key = VirtualServerKey(port.protocol, address, number)
             servers[key] = DesiredVirtualServer(
                 server=VirtualServer(key, scheduler, flags, timeout),
