@@ -7,11 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
+from ipvsproxy.kernel.interfaces import AddressKernel, IPVSKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.model import DeleteVirtualServer
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
+# Not kube-ipvs0, so the suite never disturbs a proxy running in the same kernel.
+TEST_INTERFACE = "ipvsp-test0"
 
 
 @pytest.fixture
@@ -27,4 +30,17 @@ def ipvs() -> Iterator[IPVSKernel]:
         # The lab kernel is shared by the whole session: remove what this test made.
         leftovers = set(kernel.dump()) - before
         kernel.apply([DeleteVirtualServer(key) for key in leftovers])
+        kernel.close()
+
+
+@pytest.fixture
+def addresses() -> Iterator[AddressKernel]:
+    if not IN_LAB:
+        yield FakeAddresses()
+        return
+    kernel = NetlinkAddresses()
+    try:
+        yield kernel
+    finally:
+        kernel.delete_interface(TEST_INTERFACE)
         kernel.close()

@@ -1,0 +1,59 @@
+"""The address contract: NetlinkAddresses in the kernel and FakeAddresses in memory agree."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+
+from ipvsproxy.kernel.interfaces import AddressKernel
+from ipvsproxy.model import BindAddress, UnbindAddress
+from tests.contract.conftest import TEST_INTERFACE
+
+V4 = ipaddress.ip_address("10.96.0.10")
+V6 = ipaddress.ip_address("fd00:10:96::10")
+
+
+def test_ensure_interface_creates_it_once(addresses: AddressKernel) -> None:
+    assert not addresses.interface_exists(TEST_INTERFACE)
+
+    addresses.ensure_interface(TEST_INTERFACE)
+    addresses.ensure_interface(TEST_INTERFACE)
+
+    assert addresses.interface_exists(TEST_INTERFACE)
+    assert addresses.addresses(TEST_INTERFACE) == frozenset()
+
+
+def test_bind_and_unbind_both_families(addresses: AddressKernel) -> None:
+    addresses.ensure_interface(TEST_INTERFACE)
+
+    assert addresses.apply(TEST_INTERFACE, [BindAddress(V4), BindAddress(V6)]) == [None, None]
+    assert addresses.addresses(TEST_INTERFACE) == {V4, V6}
+    assert addresses.apply(TEST_INTERFACE, [UnbindAddress(V4)]) == [None]
+    assert addresses.addresses(TEST_INTERFACE) == {V6}
+
+
+def test_refusals_are_per_op(addresses: AddressKernel) -> None:
+    addresses.ensure_interface(TEST_INTERFACE)
+    other = ipaddress.ip_address("10.96.0.11")
+
+    results = addresses.apply(
+        TEST_INTERFACE, [BindAddress(V4), BindAddress(V4), UnbindAddress(V6), BindAddress(other)]
+    )
+
+    assert [None if r is None else r.errno for r in results] == [
+        None,
+        errno.EEXIST,
+        errno.EADDRNOTAVAIL,
+        None,
+    ]
+    assert addresses.addresses(TEST_INTERFACE) == {V4, other}
+
+
+def test_delete_interface_removes_it_and_its_addresses(addresses: AddressKernel) -> None:
+    addresses.ensure_interface(TEST_INTERFACE)
+    addresses.apply(TEST_INTERFACE, [BindAddress(V4)])
+
+    addresses.delete_interface(TEST_INTERFACE)
+
+    assert not addresses.interface_exists(TEST_INTERFACE)
+    assert addresses.apply(TEST_INTERFACE, [BindAddress(V4)])[0] is not None
