@@ -29,6 +29,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.translate.ipsets import build_ipsets
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
@@ -124,7 +125,11 @@ def _service_servers(
     snapshot: ClusterSnapshot,
     settings: Settings,
     node_addresses: list[IPAddress],
+    *,
+    hairpin: dict[VirtualServerKey, frozenset[str]],
+    local_external: set[VirtualServerKey],
 ) -> tuple[dict[VirtualServerKey, DesiredVirtualServer], set[IPAddress], set[IPAddress]]:
+    """This service's virtual servers; fills ``hairpin`` and ``local_external`` for the ipsets."""
     scheduler = _scheduler(service, settings)
     flags = ServiceFlags.PERSISTENT if service.session_affinity_timeout else ServiceFlags.NONE
     timeout = service.session_affinity_timeout or 0
@@ -157,8 +162,15 @@ def _service_servers(
         candidates = {family: _candidates(port, slices, family) for family in families}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            reals = _usable(candidates.get(family, {}), node_name, local_only)
+            found = candidates.get(family, {})
+            reals = _usable(found, node_name, local_only)
             key = VirtualServerKey(port.protocol, address, number)
+            if kind is AddressKind.CLUSTER_IP:
+                hairpin[key] = frozenset(
+                    str(real) for real in reals if found[real].node_name == node_name
+                )
+            elif local_only:
+                local_external.add(key)
             servers[key] = DesiredVirtualServer(
                 server=VirtualServer(key, scheduler, flags, timeout),
                 real_servers=MappingProxyType(reals),
@@ -188,6 +200,8 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     bound: set[IPAddress] = set()
     nodes: set[IPAddress] = set()
     health_checks: dict[ObjectKey, int] = {}
+    hairpin: dict[VirtualServerKey, frozenset[str]] = {}
+    local_external: set[VirtualServerKey] = set()
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
         headless = not service.cluster_ips or service.cluster_ips[0] == "None"
@@ -195,9 +209,17 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             continue
         if not _is_ours(service, settings):
             continue
+        service_hairpin: dict[VirtualServerKey, frozenset[str]] = {}
+        service_local: set[VirtualServerKey] = set()
         try:
             found, found_bound, found_nodes = _service_servers(
-                service, slices_by_service.get(key, []), snapshot, settings, node_addresses
+                service,
+                slices_by_service.get(key, []),
+                snapshot,
+                settings,
+                node_addresses,
+                hairpin=service_hairpin,
+                local_external=service_local,
             )
         except _Rejected as error:
             rejections.append(Rejection(f"Service {key}", str(error)))
@@ -208,6 +230,8 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             )
             continue
         servers.update(found)
+        hairpin.update(service_hairpin)
+        local_external |= service_local
         bound |= found_bound
         nodes |= found_nodes
         if (
@@ -219,7 +243,11 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         virtual_servers=MappingProxyType(servers),
         bound_addresses=frozenset(bound),
         node_addresses=frozenset(nodes),
-        ipsets=MappingProxyType({}),
+        ipsets=MappingProxyType(
+            build_ipsets(
+                servers, frozenset(local_external), hairpin, frozenset(health_checks.values())
+            )
+        ),
         iptables=(),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
