@@ -87,8 +87,21 @@ def _candidates(
     return found
 
 
+def _zone_hints_apply(endpoints: Iterable[Endpoint], zone: str | None) -> bool:
+    """kube-proxy uses hints only if every ready endpoint has some and one names our zone."""
+    if zone is None:
+        return False
+    ready = [ep for ep in endpoints if ep.conditions.ready]
+    if any(not ep.hints_for_zones for ep in ready):
+        return False
+    return any(zone in (ep.hints_for_zones or ()) for ep in ready)
+
+
 def _usable(
-    candidates: dict[RealServerKey, Endpoint], node_name: str | None, local_only: bool
+    candidates: dict[RealServerKey, Endpoint],
+    node_name: str | None,
+    local_only: bool,
+    zone: str | None,
 ) -> dict[RealServerKey, RealServer]:
     """Ready endpoints in scope; failing those, serving+terminating ones; never the rest."""
     scoped = {
@@ -96,6 +109,8 @@ def _usable(
         for key, ep in candidates.items()
         if not local_only or (node_name is not None and ep.node_name == node_name)
     }
+    if not local_only and _zone_hints_apply(scoped.values(), zone):
+        scoped = {key: ep for key, ep in scoped.items() if zone in (ep.hints_for_zones or ())}
     chosen = [key for key, ep in scoped.items() if ep.conditions.ready]
     if not chosen:
         chosen = [
@@ -142,6 +157,7 @@ def _service_servers(
             if ingress.ip_mode != "Proxy"
         ]
     node_name = snapshot.node.name if snapshot.node is not None else None
+    zone = snapshot.node.zone if snapshot.node is not None else None
     families = {IPFamily.of(ip) for ip in cluster_ips}
     servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
     bound: set[IPAddress] = set()
@@ -163,7 +179,7 @@ def _service_servers(
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
             found = candidates.get(family, {})
-            reals = _usable(found, node_name, local_only)
+            reals = _usable(found, node_name, local_only, zone)
             key = VirtualServerKey(port.protocol, address, number)
             if kind is AddressKind.CLUSTER_IP:
                 hairpin[key] = frozenset(
