@@ -150,6 +150,47 @@ def _nla(attrs: list[tuple[str, Any]]) -> dict[str, Any]:
     return {"attrs": attrs}
 
 
+def _attribute_types(*classes: Any) -> dict[str, int]:
+    return {name: kind for cls in classes for kind, (name, _) in enumerate(cls.nla_map)}
+
+
+# pyroute2 knows the attribute numbers; encoding them by hand here is several times faster
+# than its generic encoder, which dominated the cost of a large batch.
+ATTRIBUTE_TYPES = _attribute_types(
+    genl_ipvs.ipvsmsg, genl_ipvs.ipvsmsg.service, genl_ipvs.ipvsmsg.dest
+)
+NATIVE_U16 = {"IPVS_SVC_ATTR_AF", "IPVS_SVC_ATTR_PROTOCOL", "IPVS_DEST_ATTR_ADDR_FAMILY"}
+BIG_ENDIAN_U16 = {"IPVS_SVC_ATTR_PORT", "IPVS_DEST_ATTR_PORT"}
+ADDRESSES = {"IPVS_SVC_ATTR_ADDR", "IPVS_DEST_ATTR_ADDR"}
+
+
+def _encode_value(name: str, value: Any) -> bytes:
+    if isinstance(value, dict) and "attrs" in value:
+        return _encode_attrs(value["attrs"])
+    if name in NATIVE_U16:
+        return struct.pack("=H", value)
+    if name in BIG_ENDIAN_U16:
+        return struct.pack(">H", value)
+    if name in ADDRESSES:
+        return ipaddress.ip_address(value).packed
+    if name == "IPVS_SVC_ATTR_SCHED_NAME":
+        return str(value).encode() + b"\0"
+    if name == "IPVS_SVC_ATTR_FLAGS":
+        return struct.pack("=II", value["flags"], value["mask"])
+    if name == "IPVS_SVC_ATTR_NETMASK":
+        return socket.inet_aton(value)
+    return struct.pack("=I", value)
+
+
+def _encode_attrs(attrs: list[tuple[str, Any]]) -> bytes:
+    encoded = []
+    for name, value in attrs:
+        payload = _encode_value(name, value)
+        encoded.append(struct.pack("=HH", 4 + len(payload), ATTRIBUTE_TYPES[name]) + payload)
+        encoded.append(b"\0" * (-len(payload) % 4))
+    return b"".join(encoded)
+
+
 def _stats(attrs: Any) -> TrafficStats:
     if attrs is None:
         return TrafficStats()
@@ -232,15 +273,11 @@ class NetlinkIPVS:
 
     def _encode(self, command: int, flags: int, attrs: list[tuple[str, Any]]) -> tuple[int, bytes]:
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
-        message = genl_ipvs.ipvsmsg()
-        message["cmd"] = command
-        message["version"] = genl_ipvs.GENL_VERSION
-        message["attrs"] = attrs
-        message["header"]["type"] = self._family_id
-        message["header"]["flags"] = flags
-        message["header"]["sequence_number"] = self._sequence
-        message.encode()
-        return self._sequence, bytes(message.data)
+        body = struct.pack("=BBH", command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
+        header = NLMSG_HEADER.pack(
+            NLMSG_HEADER.size + len(body), self._family_id, flags, self._sequence, 0
+        )
+        return self._sequence, header + body
 
     def _messages(self) -> Iterator[tuple[int, int, int, bytes]]:
         """(type, flags, sequence, whole message) for each message of one recv."""
