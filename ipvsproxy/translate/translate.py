@@ -30,6 +30,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.translate.ipsets import build_ipsets
+from ipvsproxy.translate.iptables import build_iptables
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
@@ -264,7 +265,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
                 servers, frozenset(local_external), hairpin, frozenset(health_checks.values())
             )
         ),
-        iptables=(),
+        iptables=build_iptables(settings),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
         rejections=tuple(rejections),
