@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import socket
 
-import pytest
-from pyroute2 import IPRoute
-
-from ipvsproxy.kernel.addresses import IFA_F_NODAD
 from ipvsproxy.kernel.interfaces import AddressKernel
 from ipvsproxy.model import BindAddress, UnbindAddress
-from tests.contract.conftest import IN_LAB, TEST_INTERFACE
+from tests.contract.conftest import TEST_INTERFACE
 
 IFF_UP = 0x1
 
@@ -64,18 +59,3 @@ def test_delete_interface_removes_it_and_its_addresses(addresses: AddressKernel)
 
     assert not addresses.interface_exists(TEST_INTERFACE)
     assert addresses.apply(TEST_INTERFACE, [BindAddress(V4)])[0] is not None
-
-
-@pytest.mark.skipif(not IN_LAB, reason="reads link state and address flags from the kernel")
-def test_interface_is_a_down_dummy_and_ipv6_skips_dad(addresses: AddressKernel) -> None:
-    addresses.ensure_interface(TEST_INTERFACE)
-    addresses.apply(TEST_INTERFACE, [BindAddress(V6)])
-
-    with IPRoute() as route:
-        (link,) = route.get_links(ifname=TEST_INTERFACE)
-        (address,) = route.get_addr(index=link["index"], family=socket.AF_INET6)
-
-    assert link.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_KIND") == "dummy"
-    assert not link["flags"] & IFF_UP
-    assert address["prefixlen"] == 128
-    assert (address.get_attr("IFA_FLAGS") or address["flags"]) & IFA_F_NODAD
