@@ -59,3 +59,20 @@ def e2e(session: nox.Session) -> None:
         session.error("tests/e2e does not exist yet: the end-to-end scenarios come with the daemon")
     _install(session, "test")
     session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Scale figures, written to bench-report.txt: never pass/fail, never run by default."""
+    _install(session)
+    report = Path("bench-report.txt")
+    with report.open("w") as out:
+        out.write("# parse + translate, CPU time (this machine)\n")
+        out.flush()
+        session.run("python", "bench/translate_bench.py", stdout=out)
+        out.write("\n# IPVS writes inside the lab (ratios count; UML's absolute times do not)\n")
+        out.flush()
+        session.run(
+            "python", "-m", "tests.lab", "--run", "python", "bench/ipvs_batch.py", stdout=out
+        )
+    session.log(report.read_text())

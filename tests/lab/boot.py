@@ -84,7 +84,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _init_script(scratch: Path, pytest_args: list[str], status_file: Path) -> str:
+def _init_script(scratch: Path, command_args: list[str], status_file: Path) -> str:
     passed_env = {
         name: value
         for name, value in os.environ.items()
@@ -96,7 +96,7 @@ def _init_script(scratch: Path, pytest_args: list[str], status_file: Path) -> st
     passed_env["PYTEST_DEBUG_TEMPROOT"] = str(scratch / "pytest")
     exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in passed_env.items())
     modules_root = scratch / "modroot"
-    command = shlex.join([sys.executable, "-m", "pytest", *pytest_args])
+    command = shlex.join(command_args)
     return f"""#!/bin/sh
 {exports}
 mount -t proc proc /proc
@@ -115,7 +115,7 @@ poweroff -f
 """
 
 
-def run_pytest_in_lab(pytest_args: list[str]) -> int:
+def run_in_lab(command_args: list[str]) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="ipvsproxy-lab-"))
     try:
         for version_dir in UML_MODULES_ROOT.iterdir():
@@ -124,7 +124,7 @@ def run_pytest_in_lab(pytest_args: list[str]) -> int:
             link.symlink_to(version_dir)
         status_file = scratch / "status"
         init = scratch / "init.sh"
-        init.write_text(_init_script(scratch, pytest_args, status_file))
+        init.write_text(_init_script(scratch, command_args, status_file))
         init.chmod(0o755)
         (scratch / "uml").mkdir()
         subprocess.run(
@@ -145,17 +145,24 @@ def run_pytest_in_lab(pytest_args: list[str]) -> int:
             check=False,
         )
         if not status_file.exists():
-            print("lab: the UML kernel stopped before pytest finished", flush=True)
+            print("lab: the UML kernel stopped before its command finished", flush=True)
             return 3
         return int(status_file.read_text().strip() or 3)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main(pytest_args: list[str]) -> int:
+def main(args: list[str]) -> int:
+    """``--run COMMAND...`` runs a command in the lab (the benchmark); anything else is pytest's."""
     reason = unavailable_reason()
+    if args[:1] == ["--run"]:
+        if reason is not None:
+            print(f"lab: unavailable: {reason}", flush=True)
+            return 3
+        return run_in_lab(args[1:])
+    pytest_args = args
     if reason is None:
-        return run_pytest_in_lab(pytest_args)
+        return run_in_lab([sys.executable, "-m", "pytest", *pytest_args])
     # Run the lab tests here anyway: their conftest turns this reason into one skip each
     # (a failure under CI=true), so the report says what did not run and why.
     print(f"lab: unavailable: {reason}", flush=True)
