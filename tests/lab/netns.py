@@ -81,24 +81,24 @@ class _NameReplyUDP(socketserver.BaseRequestHandler):
         sock.sendto(self.server.pod_name.encode(), self.client_address)  # type: ignore[attr-defined]
 
 
-class _DualStackTCP(socketserver.ThreadingTCPServer):
+class _DualStack(socketserver.BaseServer):
+    """Listens on :: for both families, so one server answers IPv4 and IPv6 clients."""
+
     address_family = socket.AF_INET6
     allow_reuse_address = True
     daemon_threads = True
 
     def server_bind(self) -> None:
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # type: ignore[attr-defined]
         super().server_bind()
 
 
-class _DualStackUDP(socketserver.ThreadingUDPServer):
-    address_family = socket.AF_INET6
-    allow_reuse_address = True
-    daemon_threads = True
+class _DualStackTCP(_DualStack, socketserver.ThreadingTCPServer):
+    pass
 
-    def server_bind(self) -> None:
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+
+class _DualStackUDP(_DualStack, socketserver.ThreadingUDPServer):
+    pass
 
 
 @dataclass
