@@ -1,0 +1,39 @@
+"""Kernel parameters under /proc/sys, and an in-memory fake that behaves the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _path(root: Path, name: str) -> Path:
+    return root / name.replace(".", "/")
+
+
+class ProcSysctl:
+    def __init__(self, root: Path = Path("/proc/sys")) -> None:
+        self._root = root
+
+    def get(self, name: str) -> str | None:
+        try:
+            return _path(self._root, name).read_text().strip()
+        except FileNotFoundError:
+            return None
+
+    def set(self, name: str, value: str) -> None:
+        # r+ rather than w: an unknown name must fail as it does in /proc, never create a file.
+        with _path(self._root, name).open("r+") as parameter:
+            parameter.write(f"{value}\n")
+            parameter.truncate()
+
+
+class FakeSysctl:
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self.values = dict(values or {})
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def set(self, name: str, value: str) -> None:
+        if name not in self.values:
+            raise FileNotFoundError(name)
+        self.values[name] = value
