@@ -17,13 +17,11 @@ from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.render import plan_json, plan_text
 from ipvsproxy.translate import Settings, translate
 
-NOT_IMPLEMENTED_EXIT = 2
 USAGE_EXIT = 2
 
 
-def _not_implemented(command: str) -> None:
-    click.echo(f"ipvsproxy {command}: not implemented yet", err=True)
-    sys.exit(NOT_IMPLEMENTED_EXIT)
+def _not_implemented(command: str) -> NoReturn:
+    _fail(f"{command}: not implemented yet")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
