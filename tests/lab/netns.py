@@ -144,12 +144,13 @@ class Node:
         sysctl("net.ipv4.ip_forward", "1")
         sysctl("net.ipv6.conf.all.forwarding", "1")
 
-    def add_pod(self, name: str) -> Pod:
+    def add_pod(self, name: str, ipv4: ipaddress.IPv4Address | None = None) -> Pod:
+        """A pod at the next free address, or at ``ipv4`` (to recreate a manifest's endpoints)."""
         index = len(self.pods) + 2
         pod = Pod(
             name=name,
             namespace=f"pod-{name}",
-            ipv4=POD_CIDR_IPV4[index],
+            ipv4=ipv4 or POD_CIDR_IPV4[index],
             ipv6=POD_CIDR_IPV6[index],
             host_veth=f"veth{index}",
         )
