@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack
-from ipvsproxy.kernel.interfaces import AddressKernel, IPVSKernel
-from ipvsproxy.kernel.ipsets import FakeIPSets
+from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
+from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.model import DeleteVirtualServer
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
 # Not kube-ipvs0, so the suite never disturbs a proxy running in the same kernel.
 TEST_INTERFACE = "ipvsp-test0"
+# A chain of our own whose rules hold references to sets.
+HOLD_CHAIN = "IPVSP-TEST-HOLD"
 
 
 @pytest.fixture
@@ -49,8 +53,18 @@ def addresses() -> Iterator[AddressKernel]:
 
 
 @pytest.fixture
-def ipsets() -> Iterator[FakeIPSets]:
-    yield FakeIPSets()
+def ipsets() -> Iterator[IPSetKernel]:
+    if not IN_LAB:
+        yield FakeIPSets()
+        return
+    kernel = NetlinkIPSets()
+    before = set(kernel.list_sets())
+    try:
+        yield kernel
+    finally:
+        for name in set(kernel.list_sets()) - before:
+            kernel.destroy(name)
+        kernel.close()
 
 
 @pytest.fixture
@@ -59,6 +73,19 @@ def conntrack() -> Iterator[FakeConntrack]:
 
 
 @pytest.fixture
-def hold(ipsets: FakeIPSets) -> Callable[[str], None]:
-    """Make a set in use, as an iptables rule that matches on it does."""
-    return ipsets.hold
+def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
+    """Make a set in use: an iptables rule that matches on it (held in memory by the fake)."""
+    if isinstance(ipsets, FakeIPSets):
+        yield ipsets.hold
+        return
+    iptables = shutil.which("iptables-legacy") or "iptables"
+    chain = ("-t", "filter", "-w")
+    subprocess.run([iptables, *chain, "-N", HOLD_CHAIN], check=True)
+    try:
+        yield lambda name: subprocess.run(
+            [iptables, *chain, "-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"],
+            check=True,
+        )
+    finally:
+        subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
+        subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)
