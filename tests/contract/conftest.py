@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack
+from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
 from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
 from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
@@ -68,8 +68,19 @@ def ipsets() -> Iterator[IPSetKernel]:
 
 
 @pytest.fixture
-def conntrack() -> Iterator[FakeConntrack]:
-    yield FakeConntrack()
+def conntrack() -> Iterator[FakeConntrack | NetlinkConntrack]:
+    if not IN_LAB:
+        yield FakeConntrack()
+        return
+    kernel = NetlinkConntrack()
+    before = kernel.flows()
+    try:
+        yield kernel
+    finally:
+        # Seeded flows would live on for minutes: delete what this test left.
+        for flow in kernel.flows() - before:
+            kernel.delete_entries(flow.service.protocol, flow.service, flow.endpoint)
+        kernel.close()
 
 
 @pytest.fixture
