@@ -27,6 +27,7 @@ from ipvsproxy.kernel.ipset_entries import (
     parse_entry,
 )
 from ipvsproxy.kernel.netlink import (
+    BATCH_SIZE,
     NETLINK_NETFILTER,
     NLA_F_NESTED,
     NLA_F_NET_BYTEORDER,
@@ -302,8 +303,8 @@ def _temporary_name(name: str) -> str:
 class NetlinkIPSets:
     """The kernel's ipsets through netfilter netlink (the ipset(8) protocol), entries batched."""
 
-    def __init__(self) -> None:
-        self._socket = BatchSocket(NETLINK_NETFILTER, describe=error_message)
+    def __init__(self, batch_size: int = BATCH_SIZE) -> None:
+        self._socket = BatchSocket(NETLINK_NETFILTER, batch_size, error_message)
         self._revisions: dict[tuple[str, int], int] = {}
 
     def close(self) -> None:
