@@ -16,14 +16,9 @@ from typing import Any
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipvsproxy.kernel.ipvs import IP_PROTOCOLS, PROTOCOLS_BY_NUMBER
 from ipvsproxy.model import IPAddress, Protocol, RealServerKey, VirtualServerKey
 
-IP_PROTOCOLS = {
-    Protocol.TCP: socket.IPPROTO_TCP,
-    Protocol.UDP: socket.IPPROTO_UDP,
-    Protocol.SCTP: socket.IPPROTO_SCTP,
-}
-PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
 # How long a flow written by add_flow lives unless traffic refreshes it.
 SEEDED_FLOW_TIMEOUT = 120
 
