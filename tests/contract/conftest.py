@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.interfaces import AddressKernel, IPVSKernel
+from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
+from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
+from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.model import DeleteVirtualServer
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
 # Not kube-ipvs0, so the suite never disturbs a proxy running in the same kernel.
 TEST_INTERFACE = "ipvsp-test0"
+# A chain of our own whose rules hold references to sets.
+HOLD_CHAIN = "IPVSP-TEST-HOLD"
 
 
 @pytest.fixture
@@ -44,3 +50,53 @@ def addresses() -> Iterator[AddressKernel]:
     finally:
         kernel.delete_interface(TEST_INTERFACE)
         kernel.close()
+
+
+@pytest.fixture
+def ipsets() -> Iterator[IPSetKernel]:
+    if not IN_LAB:
+        yield FakeIPSets()
+        return
+    kernel = NetlinkIPSets()
+    before = set(kernel.list_sets())
+    try:
+        yield kernel
+    finally:
+        for name in set(kernel.list_sets()) - before:
+            kernel.destroy(name)
+        kernel.close()
+
+
+@pytest.fixture
+def conntrack() -> Iterator[FakeConntrack | NetlinkConntrack]:
+    if not IN_LAB:
+        yield FakeConntrack()
+        return
+    kernel = NetlinkConntrack()
+    before = kernel.flows()
+    try:
+        yield kernel
+    finally:
+        # Seeded flows would live on for minutes: delete what this test left.
+        for flow in kernel.flows() - before:
+            kernel.delete_entries(flow.service.protocol, flow.service, flow.endpoint)
+        kernel.close()
+
+
+@pytest.fixture
+def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
+    """Make a set in use: an iptables rule that matches on it (held in memory by the fake)."""
+    if isinstance(ipsets, FakeIPSets):
+        yield ipsets.hold
+        return
+    iptables = shutil.which("iptables-legacy") or "iptables"
+    chain = ("-t", "filter", "-w")
+    subprocess.run([iptables, *chain, "-N", HOLD_CHAIN], check=True)
+    try:
+        yield lambda name: subprocess.run(
+            [iptables, *chain, "-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"],
+            check=True,
+        )
+    finally:
+        subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
+        subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)
