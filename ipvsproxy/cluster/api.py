@@ -1,0 +1,160 @@
+"""The cluster as the API server has it: Services, EndpointSlices and this proxy's Node.
+
+Lists are fetched as raw JSON page by page (the generated model classes cost too much at
+10,000 services) and handed to ``parse``, so the API and ``--source`` give the same snapshot.
+Each list's resourceVersion is kept for the watch that follows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from ipvsproxy.cluster.connection import ApiConnection, ApiError, request_json
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.model import ClusterSnapshot, Rejection
+from ipvsproxy.translate.translate import PROXY_NAME_LABEL
+
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+# client-go's pager default.
+PAGE_SIZE = 500
+_GONE = 410
+_NOT_FOUND = 404
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One listable kind: its name in messages and the generated all-namespaces list call."""
+
+    kind: str
+    plural: str
+    list_call: Callable[[client.ApiClient], Callable[..., Any]]
+
+
+SERVICES = Resource(
+    "Service", "Services", lambda api: client.CoreV1Api(api).list_service_for_all_namespaces
+)
+ENDPOINT_SLICES = Resource(
+    "EndpointSlice",
+    "EndpointSlices",
+    lambda api: client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Every object of one kind (as API JSON, ``kind`` filled in) at one resourceVersion."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRead:
+    """What ``read_cluster`` found, with each list's resourceVersion for a later watch."""
+
+    snapshot: ClusterSnapshot
+    rejections: list[Rejection]
+    services_version: str
+    endpoint_slices_version: str
+
+
+def label_selector(service_proxy_name: str = "") -> str:
+    """kube-proxy's server-side filter, agreeing with translate on which services are ours.
+
+    Headless services are skipped, and so are services labelled for another proxy; with a
+    ``service_proxy_name``, only the services labelled with that name are ours.
+    """
+    proxy = (
+        f"{PROXY_NAME_LABEL}={service_proxy_name}" if service_proxy_name else f"!{PROXY_NAME_LABEL}"
+    )
+    return f"{proxy},!{HEADLESS_LABEL}"
+
+
+class _ContinueExpired(Exception):
+    pass
+
+
+def _page_items(body: Any, resource: Resource) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    if not isinstance(body, dict) or not isinstance(body.get("items") or [], list):
+        raise ApiError(f"listing {resource.plural}: the API server sent something not a list")
+    metadata = body.get("metadata")
+    items = [
+        # List items come without TypeMeta; parse dispatches on kind.
+        {**item, "kind": resource.kind} if isinstance(item, dict) else item
+        for item in body.get("items") or []
+    ]
+    return items, metadata if isinstance(metadata, dict) else {}
+
+
+def _list_pages(
+    api: ApiConnection, resource: Resource, selector: str, page_size: int | None
+) -> Listing:
+    items: list[dict[str, Any]] = []
+    token = ""
+    call = resource.list_call(api.client)
+    while True:
+        params: dict[str, Any] = {"label_selector": selector}
+        if page_size:
+            params["limit"] = page_size
+        if token:
+            params["_continue"] = token
+        try:
+            body = request_json(api, f"listing {resource.plural}", call, **params)
+        except ApiError as error:
+            if token and error.status == _GONE:
+                raise _ContinueExpired from error
+            raise
+        page, metadata = _page_items(body, resource)
+        items.extend(page)
+        token = str(metadata.get("continue") or "")
+        if not token:
+            return Listing(items, str(metadata.get("resourceVersion") or ""))
+
+
+def list_all(
+    api: ApiConnection, resource: Resource, selector: str, page_size: int = PAGE_SIZE
+) -> Listing:
+    """Every object of ``resource`` matching ``selector``, in pages of ``page_size``.
+
+    A continue token that expires mid-list (410 Gone) makes the pages so far worthless: as
+    client-go's pager does, the list is fetched again whole, in one request.
+    """
+    try:
+        return _list_pages(api, resource, selector, page_size)
+    except _ContinueExpired:
+        return _list_pages(api, resource, selector, page_size=None)
+
+
+def get_node(api: ApiConnection, name: str) -> dict[str, Any] | None:
+    """The Node called ``name`` as API JSON, or None when the API has no such node."""
+    read_node = client.CoreV1Api(api.client).read_node
+    try:
+        body = request_json(api, f"reading Node {name}", read_node, name=name)
+    except ApiError as error:
+        if error.status == _NOT_FOUND:
+            return None
+        raise
+    if not isinstance(body, dict):
+        raise ApiError(f"reading Node {name}: the API server sent something not an object")
+    return {**body, "kind": "Node"}
+
+
+def read_cluster(
+    api: ApiConnection,
+    node_name: str,
+    *,
+    service_proxy_name: str = "",
+    page_size: int = PAGE_SIZE,
+) -> ClusterRead:
+    """One consistent read of what the proxy needs; raises ApiError (one line) on failure."""
+    selector = label_selector(service_proxy_name)
+    services = list_all(api, SERVICES, selector, page_size)
+    slices = list_all(api, ENDPOINT_SLICES, selector, page_size)
+    node = get_node(api, node_name)
+    objects = [*services.items, *slices.items, *([node] if node is not None else [])]
+    snapshot, rejections = snapshot_from_objects(objects, node_name)
+    return ClusterRead(snapshot, rejections, services.resource_version, slices.resource_version)
