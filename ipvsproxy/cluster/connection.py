@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -30,12 +31,16 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 class ApiError(Exception):
     """The API server could not be reached or refused a request; the message is one line.
 
-    ``status`` is the HTTP status when the server answered, None when it never did.
+    ``status`` is the HTTP status when the server answered, None when it never did;
+    ``retry_after`` is the server's Retry-After header, if it sent one.
     """
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, retry_after: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +210,23 @@ def _http_error(api: ApiConnection, action: str, error: ApiException) -> ApiErro
         # The REST layer reports TLS failures as status 0 with a multi-line reason.
         reason = ": ".join(line for line in str(error.reason or "").splitlines() if line)
         return ApiError(f"cannot reach the API server at {api.host}: {reason}")
+    retry_after = error.headers.get("Retry-After") if error.headers else None
     return ApiError(
-        f"{action} from the API server at {api.host}: {_status_message(error)}", error.status
+        f"{action} from the API server at {api.host}: {_status_message(error)}",
+        error.status,
+        retry_after,
     )
+
+
+@contextmanager
+def _one_line_errors(api: ApiConnection, action: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as error:
+        raise _http_error(api, action, error) from error
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        reason = _unreachable_reason(error)
+        raise ApiError(f"cannot reach the API server at {api.host}: {reason}") from error
 
 
 def request_json(
@@ -221,27 +240,72 @@ def request_json(
     attempt = 0
     while True:
         try:
-            response = call(
-                **params,
-                _preload_content=False,
-                _request_timeout=(api.timeouts.connect, api.timeouts.read),
-            )
-            try:
-                data = response.data
-            finally:
-                response.release_conn()
+            with _one_line_errors(api, action):
+                response = call(
+                    **params,
+                    _preload_content=False,
+                    _request_timeout=(api.timeouts.connect, api.timeouts.read),
+                )
+                try:
+                    data = response.data
+                finally:
+                    response.release_conn()
             break
-        except ApiException as error:
-            if error.status in RETRYABLE_STATUSES and attempt + 1 < api.retry.attempts:
-                retry_after = error.headers.get("Retry-After") if error.headers else None
-                time.sleep(api.retry.delay(attempt, retry_after))
-                attempt += 1
-                continue
-            raise _http_error(api, action, error) from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            reason = _unreachable_reason(error)
-            raise ApiError(f"cannot reach the API server at {api.host}: {reason}") from error
+        except ApiError as error:
+            if error.status not in RETRYABLE_STATUSES or attempt + 1 >= api.retry.attempts:
+                raise
+            time.sleep(api.retry.delay(attempt, error.retry_after))
+            attempt += 1
     try:
         return json.loads(data)
     except ValueError as error:
         raise ApiError(f"{action}: the API server at {api.host} sent invalid JSON") from error
+
+
+class LineStream:
+    """An open streaming response (a watch): iterate for its non-empty lines as they arrive.
+
+    A stream that breaks, or stays silent for its read timeout, raises ApiError; ``close``
+    may be called from another thread to end the iteration.
+    """
+
+    def __init__(self, api: ApiConnection, action: str, response: Any) -> None:
+        self._api = api
+        self._action = action
+        self._response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending = b""
+        try:
+            with _one_line_errors(self._api, self._action):
+                for chunk in self._response.stream(amt=None, decode_content=False):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    yield from (line for line in lines if line.strip())
+            if pending.strip():
+                yield pending
+        finally:
+            self._response.release_conn()
+
+    def close(self) -> None:
+        # shutdown() unblocks a read in another thread; close() alone would not.
+        self._response.shutdown()
+        self._response.release_conn()
+
+
+def open_stream(
+    api: ApiConnection,
+    action: str,
+    call: Callable[..., Any],
+    /,
+    *,
+    read_timeout: float,
+    **params: Any,
+) -> LineStream:
+    """Open a streaming request; no retries: the caller's loop decides how to back off."""
+    with _one_line_errors(api, action):
+        response = call(
+            **params,
+            _preload_content=False,
+            _request_timeout=(api.timeouts.connect, read_timeout),
+        )
+    return LineStream(api, action, response)

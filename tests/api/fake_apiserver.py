@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import socket
 import threading
@@ -89,9 +90,11 @@ class _State:
     # Watches from a resourceVersion below this one get 410 Gone.
     oldest_watchable: int = 0
     snapshots: dict[int, list[JsonObject]] = field(default_factory=dict)
+    snapshot_ids: Iterator[int] = field(default_factory=itertools.count)
     failures: list[_Failure] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     bookmarks: int = 0
+    open_watches: int = 0
     stalled: bool = False
     # Bumped to end every open watch stream abruptly.
     drops: int = 0
@@ -139,7 +142,7 @@ _REASONS = {
 
 
 def _matches(labels: Mapping[str, str], selector: str) -> bool:
-    """The equality-based part of label selectors: ``k``, ``!k``, ``k=v``, ``k==v``, ``k!=v``."""
+    """Equality-based selectors (``k``, ``!k``, ``k=v``, ``k==v``, ``k!=v``), labels or fields."""
     for requirement in filter(None, (part.strip() for part in selector.split(","))):
         if "!=" in requirement:
             key, value = requirement.split("!=", 1)
@@ -160,6 +163,27 @@ def _matches(labels: Mapping[str, str], selector: str) -> bool:
 def _labels(obj: JsonObject) -> Mapping[str, str]:
     labels = obj.get("metadata", {}).get("labels") or {}
     return labels if isinstance(labels, dict) else {}
+
+
+def _fields(obj: JsonObject) -> Mapping[str, str]:
+    metadata = obj["metadata"]
+    return {"metadata.name": metadata["name"], "metadata.namespace": metadata.get("namespace", "")}
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """The filters of one list or watch request."""
+
+    kind: Kind
+    labels: str = ""
+    fields: str = ""
+
+    def selects(self, obj: JsonObject) -> bool:
+        return (
+            obj.get("kind", self.kind.name) == self.kind.name
+            and _matches(_labels(obj), self.labels)
+            and _matches(_fields(obj), self.fields)
+        )
 
 
 def _sort_key(obj: JsonObject) -> tuple[str, str]:
@@ -239,6 +263,11 @@ class FakeApiServer:
     def resource_version(self) -> int:
         with self._state.changed:
             return self._state.resource_version
+
+    @property
+    def open_watches(self) -> int:
+        with self._state.changed:
+            return self._state.open_watches
 
     @property
     def requests(self) -> list[Request]:
@@ -377,10 +406,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
             return
         kind = _BY_PATH.get(url.path)
-        if kind is not None and query.get("watch") in ("true", "1"):
-            self._watch(kind, query)
-        elif kind is not None:
-            self._list(kind, query)
+        selected = (
+            _Query(kind, query.get("labelSelector", ""), query.get("fieldSelector", ""))
+            if kind is not None
+            else None
+        )
+        if selected is not None and query.get("watch") in ("true", "1"):
+            self._watch(selected, query)
+        elif selected is not None:
+            self._list(selected, query)
         elif url.path.startswith(NODE.path + "/"):
             self._get(NODE, url.path.removeprefix(NODE.path + "/"))
         else:
@@ -419,14 +453,13 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(200, found)
 
-    def _list(self, kind: Kind, query: Mapping[str, str]) -> None:
-        selector = query.get("labelSelector", "")
+    def _list(self, selected: _Query, query: Mapping[str, str]) -> None:
         limit = int(query.get("limit") or 0)
         token = query.get("continue", "")
         with self.state.changed:
             if token:
-                version, _, offset_text = token.partition(":")
-                items = self.state.snapshots.get(int(version))
+                snapshot_id, version, offset_text = token.split(":")
+                items = self.state.snapshots.get(int(snapshot_id))
                 if items is None:
                     message = (
                         "The provided continue parameter is too old to display a consistent list."
@@ -437,34 +470,30 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 version = str(self.state.resource_version)
                 items = sorted(
-                    (
-                        copy.deepcopy(obj)
-                        for (name, _, _), obj in self.state.objects.items()
-                        if name == kind.name and _matches(_labels(obj), selector)
-                    ),
+                    (copy.deepcopy(o) for o in self.state.objects.values() if selected.selects(o)),
                     key=_sort_key,
                 )
                 offset = 0
             end = offset + limit if limit else len(items)
             metadata: JsonObject = {"resourceVersion": version}
             if end < len(items):
-                self.state.snapshots[int(version)] = items
-                metadata["continue"] = f"{version}:{end}"
+                snapshot_id = str(next(self.state.snapshot_ids))
+                self.state.snapshots[int(snapshot_id)] = items
+                metadata["continue"] = f"{snapshot_id}:{version}:{end}"
                 metadata["remainingItemCount"] = len(items) - end
         page = [
             {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
             for obj in items[offset:end]
         ]
         body = {
-            "kind": f"{kind.name}List",
-            "apiVersion": kind.api_version,
+            "kind": f"{selected.kind.name}List",
+            "apiVersion": selected.kind.api_version,
             "metadata": metadata,
             "items": page,
         }
         self._send_json(200, body)
 
-    def _watch(self, kind: Kind, query: Mapping[str, str]) -> None:
-        selector = query.get("labelSelector", "")
+    def _watch(self, selected: _Query, query: Mapping[str, str]) -> None:
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         timeout = min(float(query.get("timeoutSeconds") or MAX_WAIT), MAX_WAIT)
         self.send_response(200)
@@ -473,7 +502,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for event in self._events(
-                kind, selector, query.get("resourceVersion", ""), bookmarks, timeout
+                selected, query.get("resourceVersion", ""), bookmarks, timeout
             ):
                 self._send_chunk(json.dumps(event).encode() + b"\n")
             self._send_chunk(b"")
@@ -485,7 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _events(
-        self, kind: Kind, selector: str, since: str, bookmarks: bool, timeout: float
+        self, selected: _Query, since: str, bookmarks: bool, timeout: float
     ) -> Iterator[JsonObject]:
         """Events after ``since`` until the timeout, a drop (which raises) or a 410."""
         state = self.state
@@ -493,24 +522,26 @@ class _Handler(BaseHTTPRequestHandler):
             cursor = _Cursor(0, state.bookmarks, state.drops)
             if since in ("", "0"):
                 cursor.position = state.resource_version
-                initial = [obj for (name, _, _), obj in state.objects.items() if name == kind.name]
+                initial = [copy.deepcopy(o) for o in state.objects.values() if selected.selects(o)]
             else:
                 cursor.position, initial = int(since), []
                 if cursor.position < state.oldest_watchable:
                     message = f"too old resource version: {since} ({state.oldest_watchable})"
                     yield {"type": "ERROR", "object": status_body(410, "Expired", message)}
                     return
-        for obj in initial:
-            if _matches(_labels(obj), selector):
-                yield {"type": "ADDED", "object": copy.deepcopy(obj)}
+            state.open_watches += 1
         deadline = threading.Event()
         timer = threading.Timer(timeout, self._wake, args=(deadline,))
         timer.start()
         try:
-            while not deadline.is_set():
+            for obj in initial:
+                yield {"type": "ADDED", "object": obj}
+            while True:
                 with state.changed:
+                    # A stalled server holds its streams open past their timeout, as a hung one.
                     state.changed.wait_for(
-                        lambda: deadline.is_set() or cursor.has_news(state), MAX_WAIT
+                        lambda: cursor.has_news(state) or (deadline.is_set() and not state.stalled),
+                        MAX_WAIT,
                     )
                     if state.drops != cursor.drops:
                         raise ConnectionAbortedError("dropped by the test")
@@ -522,19 +553,22 @@ class _Handler(BaseHTTPRequestHandler):
                     current = state.resource_version
                 for event in pending:
                     cursor.position = event.resource_version
-                    obj = event.object
-                    if obj["kind"] == kind.name and _matches(_labels(obj), selector):
-                        yield {"type": event.type, "object": copy.deepcopy(obj)}
+                    if selected.selects(event.object):
+                        yield {"type": event.type, "object": copy.deepcopy(event.object)}
                 if bookmarks and bookmark_due:
                     cursor.position = max(cursor.position, current)
                     marker = {
-                        "kind": kind.name,
-                        "apiVersion": kind.api_version,
+                        "kind": selected.kind.name,
+                        "apiVersion": selected.kind.api_version,
                         "metadata": {"resourceVersion": str(current)},
                     }
                     yield {"type": "BOOKMARK", "object": marker}
+                if deadline.is_set():
+                    return
         finally:
             timer.cancel()
+            with state.changed:
+                state.open_watches -= 1
 
     def _wake(self, deadline: threading.Event) -> None:
         deadline.set()

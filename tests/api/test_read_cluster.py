@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ipvsproxy.cluster.api import label_selector, read_cluster
+from ipvsproxy.cluster.api import proxy_label_selector, read_cluster
 from ipvsproxy.cluster.connection import ApiConnection, ApiError, connect
 from ipvsproxy.cluster.source import load_objects, load_snapshot
 from ipvsproxy.model import ObjectKey
@@ -134,7 +134,7 @@ def test_the_selector_skips_headless_and_other_proxies_as_translate_does(
         ObjectKey("default", "headless"),
     }
     assert [key.name for key in read.snapshot.endpoint_slices] == ["plain-abcde"]
-    assert {r.query["labelSelector"] for r in service_lists(fake)} == {label_selector()}
+    assert {r.query["labelSelector"] for r in service_lists(fake)} == {proxy_label_selector()}
     from_file, _ = load_snapshot(as_manifest(stored, tmp_path), "node-a")
     assert translate(read.snapshot, Settings()).virtual_servers == (
         translate(from_file, Settings()).virtual_servers
