@@ -196,7 +196,7 @@ class FakeApiServer:
 
     def __init__(self) -> None:
         self._state = _State()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
@@ -397,7 +397,9 @@ class _Handler(BaseHTTPRequestHandler):
             failure = self._take_failure()
         if failure is not None:
             code = failure.status
-            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
+            headers = (
+                {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
+            )
             self._send_json(
                 code, status_body(code, _REASONS.get(code, "Unknown"), "injected"), headers
             )

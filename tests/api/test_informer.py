@@ -167,6 +167,17 @@ def test_a_dropped_stream_is_watched_again_from_where_it_was(
     assert requests_for(fake, watch=False) == 1
 
 
+def test_a_restart_that_keeps_the_history_needs_no_relist(
+    fake: FakeApiServer, informer: ClusterInformer, changes: Changes
+) -> None:
+    assert changes.wait_until(lambda: fake.open_watches == 3)
+    fake.restart()
+    fake.apply(service("after-restart"))
+
+    assert changes.wait_until(lambda: has_service(informer, "after-restart"))
+    assert requests_for(fake, watch=False) == 1
+
+
 def test_410_after_a_restart_relists_and_catches_up(
     fake: FakeApiServer, informer: ClusterInformer, changes: Changes
 ) -> None:
