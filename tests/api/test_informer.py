@@ -87,8 +87,9 @@ def has_service(informer: ClusterInformer, name: str, namespace: str = "default"
 
 
 def web_port(informer: ClusterInformer) -> int | None:
+    """The web service's only port, None when it has none (or the service is gone)."""
     web = informer.snapshot()[0].services.get(WEB)
-    return web.ports[0].port if web is not None else None
+    return web.ports[0].port if web is not None and web.ports else None
 
 
 def with_port(obj: dict[str, Any], port: int) -> dict[str, Any]:
@@ -250,3 +251,33 @@ def test_stop_ends_every_thread(fake: FakeApiServer, api: ApiConnection) -> None
     informer.stop()
 
     assert not [t for t in threading.enumerate() if t.name.startswith("informer-")]
+
+
+def test_a_failing_rewatch_backs_off_and_recovers_without_relisting(
+    fake: FakeApiServer, informer: ClusterInformer, changes: Changes
+) -> None:
+    assert changes.wait_until(lambda: fake.open_watches == 3)
+    fake.fail_next(4, 500)
+    fake.drop_connections()
+    fake.apply(service("after-errors"))
+
+    assert changes.wait_until(lambda: has_service(informer, "after-errors"))
+    assert requests_for(fake, watch=False) == 1
+
+
+def test_a_malformed_object_is_rejected_until_it_is_fixed(
+    fake: FakeApiServer, informer: ClusterInformer, changes: Changes
+) -> None:
+    def rejected() -> list[str]:
+        return [r.object for r in informer.snapshot()[1]]
+
+    broken = with_port(web(), 70000)
+    fake.apply(broken)
+    assert changes.wait_until(lambda: rejected() == ["Service shop/web"])
+    # The port alone is dropped; the service and everything else stay.
+    assert web_port(informer) is None
+    assert has_service(informer, "web", "shop")
+    assert len(informer.snapshot()[0].services) == 5
+
+    fake.apply(with_port(web(), 81))
+    assert changes.wait_until(lambda: rejected() == [] and web_port(informer) == 81)
