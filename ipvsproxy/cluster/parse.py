@@ -30,6 +30,9 @@ from ipvsproxy.model import (
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
 MAX_AFFINITY_TIMEOUT = 86400
+MISSING_NODE = (
+    "not found (check --hostname-override): NodePorts, Local traffic policy and zone hints need it"
+)
 _PROTOCOLS = {p.value: p for p in Protocol}
 _SERVICE_TYPES = {t.value: t for t in ServiceType}
 
@@ -383,6 +386,8 @@ def snapshot_from_objects(
             rejections.extend(problems)
             if parsed is not None and parsed.name == node_name:
                 node = parsed
+    if node_name is not None and node is None:
+        rejections.append(Rejection(f"Node {node_name}", MISSING_NODE))
     return ClusterSnapshot(
         services=MappingProxyType(services), endpoint_slices=MappingProxyType(slices), node=node
     ), rejections

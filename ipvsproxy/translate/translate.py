@@ -50,7 +50,10 @@ def _ip(raw: str, what: str) -> IPAddress:
 
 
 def _is_ours(service: Service, settings: Settings) -> bool:
-    return service.labels.get(PROXY_NAME_LABEL, "") == settings.service_proxy_name
+    # As kube-proxy's label selector: any value, even empty, names another proxy.
+    if not settings.service_proxy_name:
+        return PROXY_NAME_LABEL not in service.labels
+    return service.labels.get(PROXY_NAME_LABEL) == settings.service_proxy_name
 
 
 def _scheduler(service: Service, settings: Settings) -> str:

@@ -234,3 +234,14 @@ def test_garbage_never_raises(objects: list[dict[str, Any]]) -> None:
         parse_service(obj)
         parse_endpoint_slice(obj)
         parse_node(obj)
+
+
+def test_missing_own_node_is_reported_but_the_snapshot_stands() -> None:
+    snapshot, rejections = snapshot_from_objects(
+        [{"kind": "Node", "metadata": {"name": "other"}}, service({"clusterIP": "10.0.0.1"})],
+        "me",
+    )
+    assert snapshot.node is None
+    assert list(snapshot.services) == [ObjectKey("ns", "s")]
+    assert [r.object for r in rejections] == ["Node me"]
+    assert "--hostname-override" in rejections[0].reason

@@ -105,6 +105,9 @@ def test_headless_and_external_name_produce_nothing() -> None:
         ({}, "", 1),
         ({"service.kubernetes.io/service-proxy-name": "other"}, "", 0),
         ({"service.kubernetes.io/service-proxy-name": "me"}, "me", 1),
+        # An empty value still names some proxy: kube-proxy's !label selector skips it.
+        ({"service.kubernetes.io/service-proxy-name": ""}, "", 0),
+        ({}, "me", 0),
     ],
 )
 def test_service_proxy_name_label(labels: dict[str, str], proxy_name: str, expected: int) -> None:

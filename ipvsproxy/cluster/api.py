@@ -1,0 +1,254 @@
+"""The cluster as the API server has it: Services, EndpointSlices and this proxy's Node.
+
+Lists are fetched as raw JSON page by page (the generated model classes cost too much at
+10,000 services) and handed to ``parse``, so the API and ``--source`` give the same snapshot.
+Each list's resourceVersion is kept for the watch that follows it; ``watch`` streams the
+raw events from there.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from ipvsproxy.cluster.connection import (
+    ApiConnection,
+    ApiError,
+    LineStream,
+    open_stream,
+    request_json,
+)
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.model import ClusterSnapshot, Rejection
+from ipvsproxy.translate.translate import PROXY_NAME_LABEL
+
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+# client-go's pager default.
+PAGE_SIZE = 500
+_GONE = 410
+_NOT_FOUND = 404
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One listable kind: its name in messages and the generated all-namespaces list call."""
+
+    kind: str
+    plural: str
+    list_call: Callable[[client.ApiClient], Callable[..., Any]]
+    namespaced: bool = True
+
+
+SERVICES = Resource(
+    "Service", "Services", lambda api: client.CoreV1Api(api).list_service_for_all_namespaces
+)
+ENDPOINT_SLICES = Resource(
+    "EndpointSlice",
+    "EndpointSlices",
+    lambda api: client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+)
+NODES = Resource("Node", "Nodes", lambda api: client.CoreV1Api(api).list_node, namespaced=False)
+
+
+class EventType(enum.StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    BOOKMARK = "BOOKMARK"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: EventType
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.object.get("metadata", {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Selectors:
+    """Server-side filters, sent the same way on the list and on the watch that follows it."""
+
+    labels: str = ""
+    fields: str = ""
+
+    def params(self) -> dict[str, str]:
+        return {
+            name: value
+            for name, value in (("label_selector", self.labels), ("field_selector", self.fields))
+            if value
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Every object of one kind (as API JSON, ``kind`` filled in) at one resourceVersion."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRead:
+    """What ``read_cluster`` found, with each list's resourceVersion for a later watch."""
+
+    snapshot: ClusterSnapshot
+    rejections: list[Rejection]
+    services_version: str
+    endpoint_slices_version: str
+
+
+def proxy_label_selector(service_proxy_name: str = "") -> str:
+    """kube-proxy's server-side filter, agreeing with translate on which services are ours.
+
+    Headless services are skipped, and so are services labelled for another proxy; with a
+    ``service_proxy_name``, only the services labelled with that name are ours.
+    """
+    proxy = (
+        f"{PROXY_NAME_LABEL}={service_proxy_name}" if service_proxy_name else f"!{PROXY_NAME_LABEL}"
+    )
+    return f"{proxy},!{HEADLESS_LABEL}"
+
+
+class _ContinueExpired(Exception):
+    pass
+
+
+def _page_items(body: Any, resource: Resource) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    if not isinstance(body, dict) or not isinstance(body.get("items") or [], list):
+        raise ApiError(f"listing {resource.plural}: the API server sent something not a list")
+    metadata = body.get("metadata")
+    items = [
+        # List items come without TypeMeta; parse dispatches on kind.
+        {**item, "kind": resource.kind} if isinstance(item, dict) else item
+        for item in body.get("items") or []
+    ]
+    return items, metadata if isinstance(metadata, dict) else {}
+
+
+def _list_pages(
+    api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int | None
+) -> Listing:
+    items: list[dict[str, Any]] = []
+    token = ""
+    call = resource.list_call(api.client)
+    while True:
+        params: dict[str, Any] = selectors.params()
+        if page_size:
+            params["limit"] = page_size
+        if token:
+            params["_continue"] = token
+        try:
+            body = request_json(api, f"listing {resource.plural}", call, **params)
+        except ApiError as error:
+            if token and error.status == _GONE:
+                raise _ContinueExpired from error
+            raise
+        page, metadata = _page_items(body, resource)
+        items.extend(page)
+        token = str(metadata.get("continue") or "")
+        if not token:
+            return Listing(items, str(metadata.get("resourceVersion") or ""))
+
+
+def list_all(
+    api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int = PAGE_SIZE
+) -> Listing:
+    """Every object of ``resource`` matching ``selectors``, in pages of ``page_size``.
+
+    A continue token that expires mid-list (410 Gone) makes the pages so far worthless: as
+    client-go's pager does, the list is fetched again whole, in one request.
+    """
+    try:
+        return _list_pages(api, resource, selectors, page_size)
+    except _ContinueExpired:
+        return _list_pages(api, resource, selectors, page_size=None)
+
+
+def _watch_event(line: bytes, resource: Resource) -> WatchEvent:
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict) or not isinstance(raw.get("object"), dict):
+        raise ApiError(f"watching {resource.plural}: the API server sent a malformed event")
+    obj: dict[str, Any] = raw["object"]
+    if raw.get("type") == "ERROR":
+        code = obj.get("code")
+        message = obj.get("message") or obj.get("reason") or "unknown error"
+        raise ApiError(
+            f"watching {resource.plural}: {code} {message}",
+            code if isinstance(code, int) else None,
+        )
+    try:
+        event_type = EventType(str(raw.get("type")))
+    except ValueError:
+        raise ApiError(
+            f"watching {resource.plural}: unknown event type {raw.get('type')!r}"
+        ) from None
+    return WatchEvent(event_type, {**obj, "kind": resource.kind})
+
+
+def watch(
+    api: ApiConnection,
+    resource: Resource,
+    selectors: Selectors,
+    resource_version: str,
+    timeout_seconds: int,
+) -> tuple[LineStream, Iterator[WatchEvent]]:
+    """Open a watch from ``resource_version``: the stream (to close) and its events.
+
+    The events end when the server ends the stream after ``timeout_seconds``. An ERROR
+    event raises ApiError with the Status code: 410 means the version is too old, relist.
+    A stream silent for longer than the timeout plus the read timeout is taken as dead.
+    """
+    stream = open_stream(
+        api,
+        f"watching {resource.plural}",
+        resource.list_call(api.client),
+        read_timeout=timeout_seconds + api.timeouts.read,
+        watch=True,
+        allow_watch_bookmarks=True,
+        resource_version=resource_version,
+        timeout_seconds=timeout_seconds,
+        **selectors.params(),
+    )
+    return stream, (_watch_event(line, resource) for line in stream)
+
+
+def get_node(api: ApiConnection, name: str) -> dict[str, Any] | None:
+    """The Node called ``name`` as API JSON, or None when the API has no such node."""
+    read_node = client.CoreV1Api(api.client).read_node
+    try:
+        body = request_json(api, f"reading Node {name}", read_node, name=name)
+    except ApiError as error:
+        if error.status == _NOT_FOUND:
+            return None
+        raise
+    if not isinstance(body, dict):
+        raise ApiError(f"reading Node {name}: the API server sent something not an object")
+    return {**body, "kind": "Node"}
+
+
+def read_cluster(
+    api: ApiConnection,
+    node_name: str,
+    *,
+    service_proxy_name: str = "",
+    page_size: int = PAGE_SIZE,
+) -> ClusterRead:
+    """One consistent read of what the proxy needs; raises ApiError (one line) on failure."""
+    selectors = Selectors(labels=proxy_label_selector(service_proxy_name))
+    services = list_all(api, SERVICES, selectors, page_size)
+    slices = list_all(api, ENDPOINT_SLICES, selectors, page_size)
+    node = get_node(api, node_name)
+    objects = [*services.items, *slices.items, *([node] if node is not None else [])]
+    snapshot, rejections = snapshot_from_objects(objects, node_name)
+    return ClusterRead(snapshot, rejections, services.resource_version, slices.resource_version)

@@ -1,0 +1,311 @@
+"""A connection to the Kubernetes API server, and requests that fail with one clear line.
+
+The client is chosen as kube-proxy chooses it: ``--kubeconfig`` and/or ``--master`` (the master
+URL overrides the kubeconfig's server); with neither, the in-cluster service account, then the
+default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``) so the command also works from a
+workstation. Every failure, from a missing file to a refused connection or a 401, becomes an
+ApiError whose message is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+# 429 and the 5xx a restarting or overloaded API server sends; client-go retries these.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    """The API server could not be reached or refused a request; the message is one line.
+
+    ``status`` is the HTTP status when the server answered, None when it never did;
+    ``retry_after`` is the server's Retry-After header, if it sent one.
+    """
+
+    def __init__(
+        self, message: str, status: int | None = None, retry_after: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds; bounded so that ``sync --once`` fails fast when the server is away."""
+
+    connect: float = 5.0
+    read: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries for 429/5xx answers, doubling the delay (or obeying Retry-After)."""
+
+    attempts: int = 3
+    first_delay: float = 0.5
+    max_delay: float = 5.0
+
+    def delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None and retry_after.isdigit():
+            return min(float(retry_after), self.max_delay)
+        return min(self.first_delay * float(2**attempt), self.max_delay)
+
+
+@dataclass(slots=True)
+class ApiConnection:
+    """An ApiClient with the server it talks to and how patient to be with it."""
+
+    client: client.ApiClient
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def host(self) -> str:
+        return str(self.client.configuration.host)
+
+    def close(self) -> None:
+        self.client.close()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> ApiConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _load_kubeconfig(path: str, configuration: client.Configuration) -> None:
+    for part in path.split(os.pathsep):
+        if part and not Path(part).expanduser().exists():
+            raise ApiError(f"kubeconfig {part}: no such file")
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration, persist_config=False
+        )
+    # The loader raises whatever its YAML, base64, exec-plugin and file code raise.
+    except Exception as error:
+        reason = _first_line(str(error)) or type(error).__name__
+        raise ApiError(f"kubeconfig {path}: {reason}") from error
+
+
+def _load_default(configuration: client.Configuration) -> None:
+    try:
+        config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+        return
+    except config.ConfigException as in_cluster_error:
+        reason = _first_line(str(in_cluster_error))
+    path = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
+    if not any(Path(p).expanduser().exists() for p in path.split(os.pathsep) if p):
+        raise ApiError(
+            f"no API server configured: not in a cluster ({reason}) and no kubeconfig at "
+            f"{path}; pass --kubeconfig or --master"
+        )
+    _load_kubeconfig(path, configuration)
+
+
+def _override_server(configuration: client.Configuration, master: str) -> None:
+    configuration.host = master
+    refresh = configuration.refresh_api_key_hook
+    if refresh is None:
+        return
+
+    # The kubeconfig loader's token-refresh hook runs before every request and rewrites the
+    # host, and the hook itself, from the kubeconfig; put both back each time.
+    def refresh_keeping_master(refreshed: client.Configuration) -> None:
+        refresh(refreshed)
+        refreshed.host = master
+        refreshed.refresh_api_key_hook = refresh_keeping_master
+
+    configuration.refresh_api_key_hook = refresh_keeping_master
+
+
+def connect(
+    kubeconfig: Path | None = None,
+    master: str | None = None,
+    *,
+    timeouts: Timeouts | None = None,
+    retry: RetryPolicy | None = None,
+) -> ApiConnection:
+    """An ApiConnection built as kube-proxy builds its client; nothing is sent yet."""
+    configuration = client.Configuration()
+    if master is not None and "://" not in master:
+        raise ApiError(f"--master {master!r} is not a URL (expected https://HOST:PORT)")
+    if kubeconfig is not None:
+        _load_kubeconfig(str(kubeconfig), configuration)
+    elif master is None:
+        _load_default(configuration)
+    if master is not None:
+        _override_server(configuration, master.rstrip("/"))
+    # Our own loop retries what is worth retrying; urllib3's silent retries would hide
+    # an unreachable server behind several connect timeouts.
+    configuration.retries = False
+    return ApiConnection(
+        client.ApiClient(configuration),
+        timeouts=timeouts or Timeouts(),
+        retry=retry or RetryPolicy(),
+    )
+
+
+def _unreachable_reason(error: BaseException) -> str:
+    """The innermost OS-level reason (``Connection refused``), else the error's first line."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError | urllib3.exceptions.TimeoutError) and not isinstance(
+            current, urllib3.exceptions.NewConnectionError
+        ):
+            return "timed out"
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        reason = getattr(current, "reason", None)
+        current = (
+            reason
+            if isinstance(reason, BaseException)
+            else (current.__cause__ or current.__context__)
+        )
+    return _first_line(str(error)) or type(error).__name__
+
+
+def _status_message(error: ApiException) -> str:
+    """``401 Unauthorized: <the Status message>`` from the API's Status JSON, if it sent one."""
+    status = f"{error.status} {error.reason or ''}".strip()
+    try:
+        body = json.loads(error.body or "")
+    except ValueError:
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    if isinstance(message, str) and message and message != error.reason:
+        return f"{status}: {_first_line(message)}"
+    return status
+
+
+def _http_error(api: ApiConnection, action: str, error: ApiException) -> ApiError:
+    if not error.status:
+        # The REST layer reports TLS failures as status 0 with a multi-line reason.
+        reason = ": ".join(line for line in str(error.reason or "").splitlines() if line)
+        return ApiError(f"cannot reach the API server at {api.host}: {reason}")
+    retry_after = error.headers.get("Retry-After") if error.headers else None
+    return ApiError(
+        f"{action} from the API server at {api.host}: {_status_message(error)}",
+        error.status,
+        retry_after,
+    )
+
+
+@contextmanager
+def _one_line_errors(api: ApiConnection, action: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as error:
+        raise _http_error(api, action, error) from error
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        reason = _unreachable_reason(error)
+        raise ApiError(f"cannot reach the API server at {api.host}: {reason}") from error
+
+
+def request_json(
+    api: ApiConnection, action: str, call: Callable[..., Any], /, **params: Any
+) -> Any:
+    """Call a generated client method for its raw JSON body (no generated model objects).
+
+    ``action`` reads as a phrase ("listing Services") in the error message. 429 and 5xx
+    answers are retried as ``api.retry`` allows; anything else fails at once.
+    """
+    attempt = 0
+    while True:
+        try:
+            with _one_line_errors(api, action):
+                response = call(
+                    **params,
+                    _preload_content=False,
+                    _request_timeout=(api.timeouts.connect, api.timeouts.read),
+                )
+                try:
+                    data = response.data
+                finally:
+                    response.release_conn()
+            break
+        except ApiError as error:
+            if error.status not in RETRYABLE_STATUSES or attempt + 1 >= api.retry.attempts:
+                raise
+            time.sleep(api.retry.delay(attempt, error.retry_after))
+            attempt += 1
+    try:
+        return json.loads(data)
+    except ValueError as error:
+        raise ApiError(f"{action}: the API server at {api.host} sent invalid JSON") from error
+
+
+class LineStream:
+    """An open streaming response (a watch): iterate for its non-empty lines as they arrive.
+
+    A stream that breaks, or stays silent for its read timeout, raises ApiError; ``close``
+    may be called from another thread to end the iteration.
+    """
+
+    def __init__(self, api: ApiConnection, action: str, response: Any) -> None:
+        self._api = api
+        self._action = action
+        self._response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending = b""
+        try:
+            with _one_line_errors(self._api, self._action):
+                for chunk in self._response.stream(amt=None, decode_content=False):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    yield from (line for line in lines if line.strip())
+            if pending.strip():
+                yield pending
+        finally:
+            self._response.release_conn()
+
+    def close(self) -> None:
+        # shutdown() unblocks a read in another thread; close() alone would not.
+        self._response.shutdown()
+        self._response.release_conn()
+
+
+def open_stream(
+    api: ApiConnection,
+    action: str,
+    call: Callable[..., Any],
+    /,
+    *,
+    read_timeout: float,
+    **params: Any,
+) -> LineStream:
+    """Open a streaming request; no retries: the caller's loop decides how to back off."""
+    with _one_line_errors(api, action):
+        response = call(
+            **params,
+            _preload_content=False,
+            _request_timeout=(api.timeouts.connect, read_timeout),
+        )
+    return LineStream(api, action, response)

@@ -1,0 +1,304 @@
+"""Keep a ClusterSnapshot current: list, then watch from the list's resourceVersion.
+
+One Reflector per resource, each on its own thread, as client-go's reflector:
+
+* list (paginated), replace the store, remember the list's resourceVersion;
+* watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
+  forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
+* the server ending the stream (its timeoutSeconds) means watch again at once;
+* 410 Gone (the version fell out of the server's history) means list again;
+* any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
+  a doubling backoff, then watch again from the same version.
+
+Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from ipvsproxy.cluster.api import (
+    ENDPOINT_SLICES,
+    NODES,
+    PAGE_SIZE,
+    SERVICES,
+    EventType,
+    Resource,
+    Selectors,
+    WatchEvent,
+    list_all,
+    proxy_label_selector,
+    watch,
+)
+from ipvsproxy.cluster.connection import ApiConnection, ApiError, LineStream
+from ipvsproxy.cluster.parse import (
+    MISSING_NODE,
+    ParseError,
+    object_key,
+    parse_endpoint_slice,
+    parse_node,
+    parse_service,
+)
+from ipvsproxy.model import ClusterSnapshot, ObjectKey, Rejection
+
+log = logging.getLogger(__name__)
+
+# client-go watches for a random 5 to 10 minutes before the server ends the stream.
+WATCH_TIMEOUT = 300
+_GONE = 410
+
+T = TypeVar("T")
+Parser = Callable[[Mapping[str, Any]], tuple[T | None, list[Rejection]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Doubling delays between failed attempts, as client-go's reflector (0.8 s to 30 s)."""
+
+    initial: float = 0.8
+    maximum: float = 30.0
+
+    def delays(self) -> Iterator[float]:
+        delay = self.initial
+        while True:
+            yield delay
+            delay = min(delay * 2, self.maximum)
+
+
+class Reflector(Generic[T]):
+    """One resource mirrored into a store of parsed objects, kept current by ``run``."""
+
+    def __init__(
+        self,
+        api: ApiConnection,
+        resource: Resource,
+        parse: Parser[T],
+        *,
+        selectors: Selectors,
+        page_size: int = PAGE_SIZE,
+        watch_timeout: int = WATCH_TIMEOUT,
+        backoff: Backoff = Backoff(),
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._api = api
+        self.resource = resource
+        self._parse = parse
+        self._selectors = selectors
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._backoff = backoff
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._store: dict[ObjectKey, T] = {}
+        self._rejections: dict[ObjectKey, list[Rejection]] = {}
+        self._resource_version = ""
+        self._stream: LineStream | None = None
+        self._closed = False
+        self.synced = threading.Event()
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return self._resource_version
+
+    def items(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
+        """A copy of the store, and the problems of the objects in it."""
+        with self._lock:
+            rejections = [r for problems in self._rejections.values() for r in problems]
+            return dict(self._store), rejections
+
+    def relist(self) -> None:
+        listing = list_all(self._api, self.resource, self._selectors, self._page_size)
+        store: dict[ObjectKey, T] = {}
+        rejections: dict[ObjectKey, list[Rejection]] = {}
+        for obj in listing.items:
+            key = self._key(obj)
+            if key is None:
+                continue
+            item, problems = self._parse(obj)
+            if item is not None:
+                store[key] = item
+            if problems:
+                rejections[key] = problems
+        with self._lock:
+            self._store, self._rejections = store, rejections
+            self._resource_version = listing.resource_version
+        self.synced.set()
+        self._on_change()
+
+    def watch_once(self) -> int:
+        """Apply one watch stream's events until the server ends it; failures raise ApiError.
+
+        Returns how many events (bookmarks included) the stream carried.
+        """
+        # As client-go: spread the re-watches of many proxies over time.
+        timeout = round(self._watch_timeout * (1 + random.random()))
+        stream, events = watch(
+            self._api, self.resource, self._selectors, self.resource_version, timeout
+        )
+        with self._lock:
+            self._stream = stream
+            closed = self._closed
+        if closed:
+            stream.close()
+        count = 0
+        try:
+            for event in events:
+                self._apply(event)
+                count += 1
+        finally:
+            with self._lock:
+                self._stream = None
+        return count
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch, until ``stop`` is set (then call ``close``); never raises."""
+        must_list = True
+        delays = self._backoff.delays()
+        while not stop.is_set():
+            try:
+                if must_list:
+                    self.relist()
+                    must_list = False
+                if self.watch_once():
+                    delays = self._backoff.delays()
+                    continue
+                # An empty stream, as client-go's "very short watch": do not hammer the server.
+                delay = next(delays)
+            except ApiError as error:
+                if stop.is_set():
+                    return
+                if error.status == _GONE and not must_list:
+                    log.info("%s; listing %s again", error, self.resource.plural)
+                    must_list = True
+                    continue
+                delay = next(delays)
+                log.warning("%s; retrying in %.1f s", error, delay)
+            # A bug must not end the thread that keeps the proxy's view of the cluster.
+            except Exception:
+                delay = next(delays)
+                log.exception(
+                    "%s: unexpected error; retrying in %.1f s", self.resource.plural, delay
+                )
+            stop.wait(delay)
+
+    def close(self) -> None:
+        """End the current watch stream, and any later one, from another thread."""
+        with self._lock:
+            self._closed = True
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def _key(self, obj: Mapping[str, Any]) -> ObjectKey | None:
+        try:
+            return object_key(obj, namespaced=self.resource.namespaced)
+        except ParseError as error:
+            log.warning("%s: skipped an object: %s", self.resource.plural, error)
+            return None
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.type is EventType.BOOKMARK:
+            with self._lock:
+                self._resource_version = event.resource_version
+            return
+        key = self._key(event.object)
+        if key is None:
+            return
+        item, problems = (
+            (None, []) if event.type is EventType.DELETED else self._parse(event.object)
+        )
+        with self._lock:
+            self._store.pop(key, None)
+            self._rejections.pop(key, None)
+            if item is not None:
+                self._store[key] = item
+            if problems:
+                self._rejections[key] = problems
+            self._resource_version = event.resource_version
+        self._on_change()
+
+
+class ClusterInformer:
+    """Services, EndpointSlices and this proxy's Node, each kept current by a Reflector.
+
+    ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
+    called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
+    """
+
+    def __init__(
+        self,
+        api: ApiConnection,
+        node_name: str,
+        *,
+        service_proxy_name: str = "",
+        page_size: int = PAGE_SIZE,
+        watch_timeout: int = WATCH_TIMEOUT,
+        backoff: Backoff = Backoff(),
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.node_name = node_name
+        proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
+        own_node = Selectors(fields=f"metadata.name={node_name}")
+        options: dict[str, Any] = {
+            "page_size": page_size,
+            "watch_timeout": watch_timeout,
+            "backoff": backoff,
+            "on_change": on_change,
+        }
+        self.services = Reflector(api, SERVICES, parse_service, selectors=proxied, **options)
+        self.endpoint_slices = Reflector(
+            api, ENDPOINT_SLICES, parse_endpoint_slice, selectors=proxied, **options
+        )
+        self.node = Reflector(api, NODES, parse_node, selectors=own_node, **options)
+        self._reflectors: tuple[Reflector[Any], ...] = (
+            self.services,
+            self.endpoint_slices,
+            self.node,
+        )
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for reflector in self._reflectors:
+            thread = threading.Thread(
+                target=reflector.run,
+                args=(self._stop,),
+                name=f"informer-{reflector.resource.plural}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        for reflector in self._reflectors:
+            reflector.close()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        """True once every resource has been listed, as kube-proxy waits before its first sync."""
+        return all(reflector.synced.wait(timeout) for reflector in self._reflectors)
+
+    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
+        services, service_problems = self.services.items()
+        slices, slice_problems = self.endpoint_slices.items()
+        nodes, node_problems = self.node.items()
+        node = nodes.get(ObjectKey("", self.node_name))
+        rejections = [*service_problems, *slice_problems, *node_problems]
+        if node is None:
+            rejections.append(Rejection(f"Node {self.node_name}", MISSING_NODE))
+        snapshot = ClusterSnapshot(
+            services=MappingProxyType(services),
+            endpoint_slices=MappingProxyType(slices),
+            node=node,
+        )
+        return snapshot, rejections

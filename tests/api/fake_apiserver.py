@@ -1,0 +1,578 @@
+"""A fake Kubernetes API server over real HTTP on 127.0.0.1, for the real ``kubernetes`` client.
+
+It keeps the parts of the API's list/watch contract that a proxy relies on:
+
+* one resourceVersion counter across kinds, bumped by every write, as etcd does;
+* lists with ``labelSelector``, ``limit`` and ``continue`` served from a consistent snapshot,
+  ``metadata.resourceVersion`` on every page, and items without kind/apiVersion;
+* ``GET /api/v1/nodes/NAME``, with the API's Status JSON (404 NotFound) when missing;
+* watches (``?watch=true&resourceVersion=N&allowWatchBookmarks=true``) streaming
+  ADDED/MODIFIED/DELETED/BOOKMARK events as newline-delimited JSON over chunked encoding, and an
+  ERROR event carrying a 410 Status when N is older than the retained history;
+* bearer-token authentication (401 Status otherwise).
+
+Tests drive it through hooks: ``apply``/``delete`` objects, ``fail_next`` requests with a status,
+``expire_continue_tokens``, ``compact`` the watch history, ``bookmark``, ``stall``/``resume``,
+``drop_connections`` and ``restart`` on the same port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+TOKEN = "fake-apiserver-token"
+# Bounds every wait so that a forgotten stall never hangs a test run.
+MAX_WAIT = 30.0
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str
+    api_version: str
+    path: str
+    namespaced: bool = True
+
+
+SERVICE = Kind("Service", "v1", "/api/v1/services")
+ENDPOINT_SLICE = Kind(
+    "EndpointSlice", "discovery.k8s.io/v1", "/apis/discovery.k8s.io/v1/endpointslices"
+)
+NODE = Kind("Node", "v1", "/api/v1/nodes", namespaced=False)
+KINDS = {kind.name: kind for kind in (SERVICE, ENDPOINT_SLICE, NODE)}
+_BY_PATH = {kind.path: kind for kind in KINDS.values()}
+
+ObjectId = tuple[str, str, str]  # kind, namespace, name
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    resource_version: int
+    type: str
+    object: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as the server saw it, for tests to assert on."""
+
+    path: str
+    query: Mapping[str, str]
+
+
+@dataclass(slots=True)
+class _Failure:
+    remaining: int
+    status: int
+    retry_after: int | None
+
+
+@dataclass(slots=True)
+class _State:
+    """Everything that survives a restart, as etcd would; guarded by ``changed``."""
+
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    objects: dict[ObjectId, JsonObject] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    resource_version: int = 100
+    # Watches from a resourceVersion below this one get 410 Gone.
+    oldest_watchable: int = 0
+    snapshots: dict[int, list[JsonObject]] = field(default_factory=dict)
+    snapshot_ids: Iterator[int] = field(default_factory=itertools.count)
+    failures: list[_Failure] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    bookmarks: int = 0
+    open_watches: int = 0
+    stalled: bool = False
+    # Bumped to end every open watch stream abruptly.
+    drops: int = 0
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where one watch stream is: the last resourceVersion sent and the hooks seen so far."""
+
+    position: int
+    bookmarks: int
+    drops: int
+
+    def has_news(self, state: _State) -> bool:
+        if state.drops != self.drops:
+            return True
+        if state.stalled:
+            return False
+        return state.bookmarks != self.bookmarks or any(
+            event.resource_version > self.position for event in state.events
+        )
+
+
+def status_body(code: int, reason: str, message: str) -> JsonObject:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    404: "NotFound",
+    410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+def _matches(labels: Mapping[str, str], selector: str) -> bool:
+    """Equality-based selectors (``k``, ``!k``, ``k=v``, ``k==v``, ``k!=v``), labels or fields."""
+    for requirement in filter(None, (part.strip() for part in selector.split(","))):
+        if "!=" in requirement:
+            key, value = requirement.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in requirement:
+            key, value = requirement.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif requirement.startswith("!"):
+            if requirement[1:] in labels:
+                return False
+        elif requirement not in labels:
+            return False
+    return True
+
+
+def _labels(obj: JsonObject) -> Mapping[str, str]:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return labels if isinstance(labels, dict) else {}
+
+
+def _fields(obj: JsonObject) -> Mapping[str, str]:
+    metadata = obj["metadata"]
+    return {"metadata.name": metadata["name"], "metadata.namespace": metadata.get("namespace", "")}
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """The filters of one list or watch request."""
+
+    kind: Kind
+    labels: str = ""
+    fields: str = ""
+
+    def selects(self, obj: JsonObject) -> bool:
+        return (
+            obj.get("kind", self.kind.name) == self.kind.name
+            and _matches(_labels(obj), self.labels)
+            and _matches(_fields(obj), self.fields)
+        )
+
+
+def _sort_key(obj: JsonObject) -> tuple[str, str]:
+    metadata = obj["metadata"]
+    return (metadata.get("namespace", ""), metadata["name"])
+
+
+class FakeApiServer:
+    """Serve ``_State`` on 127.0.0.1; ``start`` picks a free port that ``restart`` keeps."""
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self.port = 0
+        # Called with each request before it is served, outside the state lock.
+        self.on_request: Callable[[Request], None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeApiServer:
+        server = _Server(("127.0.0.1", self.port), _Handler)
+        server.fake = self
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="fake-apiserver"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection, watches included."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        self.drop_connections()
+        if self._thread is not None:
+            self._thread.join(MAX_WAIT)
+        self._server = None
+
+    def restart(self) -> None:
+        """Stop, then serve the same state again on the same port."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.resume()
+        self.stop()
+
+    def write_kubeconfig(self, path: Path, token: str = TOKEN) -> Path:
+        """A kubeconfig whose current context points at this server with ``token``."""
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(kubeconfig), encoding="utf-8")
+        return path
+
+    # -- hooks for tests -----------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._state.changed:
+            return self._state.resource_version
+
+    @property
+    def open_watches(self) -> int:
+        with self._state.changed:
+            return self._state.open_watches
+
+    @property
+    def requests(self) -> list[Request]:
+        with self._state.changed:
+            return list(self._state.requests)
+
+    def apply(self, obj: Mapping[str, Any]) -> JsonObject:
+        """Create or replace an object (by kind, namespace, name); returns it as stored."""
+        stored: JsonObject = copy.deepcopy(dict(obj))
+        kind = KINDS[stored["kind"]]
+        stored["apiVersion"] = kind.api_version
+        metadata = stored.setdefault("metadata", {})
+        if kind.namespaced:
+            metadata.setdefault("namespace", "default")
+        object_id = (kind.name, metadata.get("namespace", ""), metadata["name"])
+        with self._state.changed:
+            event_type = "MODIFIED" if object_id in self._state.objects else "ADDED"
+            return copy.deepcopy(self._record(event_type, object_id, stored))
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        object_id = (kind, namespace if KINDS[kind].namespaced else "", name)
+        with self._state.changed:
+            self._record("DELETED", object_id, self._state.objects[object_id])
+
+    def fail_next(self, count: int, status: int, retry_after: int | None = None) -> None:
+        """Answer the next ``count`` requests (any path) with a Status of ``status``."""
+        with self._state.changed:
+            self._state.failures.append(_Failure(count, status, retry_after))
+
+    def expire_continue_tokens(self) -> None:
+        with self._state.changed:
+            self._state.snapshots.clear()
+
+    def compact(self) -> None:
+        """Forget the watch history: watches from an older resourceVersion get 410 Gone."""
+        with self._state.changed:
+            self._state.oldest_watchable = self._state.resource_version
+            self._state.events.clear()
+
+    def bookmark(self) -> None:
+        """Send a BOOKMARK at the current resourceVersion on every watch that asked for them."""
+        with self._state.changed:
+            self._state.bookmarks += 1
+            self._state.changed.notify_all()
+
+    def stall(self) -> None:
+        """Hold every new request, and keep open watches silent, until ``resume``."""
+        with self._state.changed:
+            self._state.stalled = True
+
+    def resume(self) -> None:
+        with self._state.changed:
+            self._state.stalled = False
+            self._state.changed.notify_all()
+
+    def drop_connections(self) -> None:
+        """Cut every open connection mid-stream, as a crashing server or a proxy would."""
+        with self._state.changed:
+            self._state.drops += 1
+            self._state.changed.notify_all()
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    # -- internals shared with the handler -----------------------------------------------------
+
+    def _record(self, event_type: str, object_id: ObjectId, obj: JsonObject) -> JsonObject:
+        self._state.resource_version += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self._state.resource_version)
+        if event_type == "DELETED":
+            del self._state.objects[object_id]
+        else:
+            self._state.objects[object_id] = obj
+        self._state.events.append(Event(self._state.resource_version, event_type, obj))
+        self._state.changed.notify_all()
+        return obj
+
+    def _track(self, connection: socket.socket, open_: bool) -> None:
+        with self._connections_lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    fake: FakeApiServer
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.fake._track(request, open_=True)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.fake._track(request, open_=False)
+        super().shutdown_request(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: pytest shows the requests through ``FakeApiServer.requests`` when needed."""
+
+    @property
+    def fake(self) -> FakeApiServer:
+        return self.server.fake
+
+    @property
+    def state(self) -> _State:
+        return self.server.fake._state
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        request = Request(url.path, query)
+        if self.fake.on_request is not None:
+            self.fake.on_request(request)
+        with self.state.changed:
+            self.state.requests.append(request)
+            self.state.changed.wait_for(lambda: not self.state.stalled, MAX_WAIT)
+            failure = self._take_failure()
+        if failure is not None:
+            code = failure.status
+            headers = (
+                {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
+            )
+            self._send_json(
+                code, status_body(code, _REASONS.get(code, "Unknown"), "injected"), headers
+            )
+            return
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+            return
+        kind = _BY_PATH.get(url.path)
+        selected = (
+            _Query(kind, query.get("labelSelector", ""), query.get("fieldSelector", ""))
+            if kind is not None
+            else None
+        )
+        if selected is not None and query.get("watch") in ("true", "1"):
+            self._watch(selected, query)
+        elif selected is not None:
+            self._list(selected, query)
+        elif url.path.startswith(NODE.path + "/"):
+            self._get(NODE, url.path.removeprefix(NODE.path + "/"))
+        else:
+            self._send_json(
+                404,
+                status_body(404, "NotFound", "the server could not find the requested resource"),
+            )
+
+    def _take_failure(self) -> _Failure | None:
+        while self.state.failures and self.state.failures[0].remaining == 0:
+            self.state.failures.pop(0)
+        if not self.state.failures:
+            return None
+        self.state.failures[0].remaining -= 1
+        return self.state.failures[0]
+
+    def _send_json(
+        self, code: int, body: JsonObject, headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _get(self, kind: Kind, name: str) -> None:
+        with self.state.changed:
+            obj = self.state.objects.get((kind.name, "", name))
+            found = copy.deepcopy(obj) if obj is not None else None
+        if found is None:
+            message = f'{kind.name.lower()}s "{name}" not found'
+            self._send_json(404, status_body(404, "NotFound", message))
+        else:
+            self._send_json(200, found)
+
+    def _list(self, selected: _Query, query: Mapping[str, str]) -> None:
+        limit = int(query.get("limit") or 0)
+        token = query.get("continue", "")
+        with self.state.changed:
+            if token:
+                snapshot_id, version, offset_text = token.split(":")
+                items = self.state.snapshots.get(int(snapshot_id))
+                if items is None:
+                    message = (
+                        "The provided continue parameter is too old to display a consistent list."
+                    )
+                    self._send_json(410, status_body(410, "Expired", message))
+                    return
+                offset = int(offset_text)
+            else:
+                version = str(self.state.resource_version)
+                items = sorted(
+                    (copy.deepcopy(o) for o in self.state.objects.values() if selected.selects(o)),
+                    key=_sort_key,
+                )
+                offset = 0
+            end = offset + limit if limit else len(items)
+            metadata: JsonObject = {"resourceVersion": version}
+            if end < len(items):
+                snapshot_id = str(next(self.state.snapshot_ids))
+                self.state.snapshots[int(snapshot_id)] = items
+                metadata["continue"] = f"{snapshot_id}:{version}:{end}"
+                metadata["remainingItemCount"] = len(items) - end
+        page = [
+            {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+            for obj in items[offset:end]
+        ]
+        body = {
+            "kind": f"{selected.kind.name}List",
+            "apiVersion": selected.kind.api_version,
+            "metadata": metadata,
+            "items": page,
+        }
+        self._send_json(200, body)
+
+    def _watch(self, selected: _Query, query: Mapping[str, str]) -> None:
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        timeout = min(float(query.get("timeoutSeconds") or MAX_WAIT), MAX_WAIT)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for event in self._events(
+                selected, query.get("resourceVersion", ""), bookmarks, timeout
+            ):
+                self._send_chunk(json.dumps(event).encode() + b"\n")
+            self._send_chunk(b"")
+        except OSError:
+            self.close_connection = True
+
+    def _send_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _events(
+        self, selected: _Query, since: str, bookmarks: bool, timeout: float
+    ) -> Iterator[JsonObject]:
+        """Events after ``since`` until the timeout, a drop (which raises) or a 410."""
+        state = self.state
+        with state.changed:
+            cursor = _Cursor(0, state.bookmarks, state.drops)
+            if since in ("", "0"):
+                cursor.position = state.resource_version
+                initial = [copy.deepcopy(o) for o in state.objects.values() if selected.selects(o)]
+            else:
+                cursor.position, initial = int(since), []
+                if cursor.position < state.oldest_watchable:
+                    message = f"too old resource version: {since} ({state.oldest_watchable})"
+                    yield {"type": "ERROR", "object": status_body(410, "Expired", message)}
+                    return
+            state.open_watches += 1
+        deadline = threading.Event()
+        timer = threading.Timer(timeout, self._wake, args=(deadline,))
+        timer.start()
+        try:
+            for obj in initial:
+                yield {"type": "ADDED", "object": obj}
+            while True:
+                with state.changed:
+                    # A stalled server holds its streams open past their timeout, as a hung one.
+                    state.changed.wait_for(
+                        lambda: cursor.has_news(state) or (deadline.is_set() and not state.stalled),
+                        MAX_WAIT,
+                    )
+                    if state.drops != cursor.drops:
+                        raise ConnectionAbortedError("dropped by the test")
+                    if state.stalled:
+                        continue
+                    pending = [e for e in state.events if e.resource_version > cursor.position]
+                    bookmark_due = state.bookmarks != cursor.bookmarks
+                    cursor.bookmarks = state.bookmarks
+                    current = state.resource_version
+                for event in pending:
+                    cursor.position = event.resource_version
+                    if selected.selects(event.object):
+                        yield {"type": event.type, "object": copy.deepcopy(event.object)}
+                if bookmarks and bookmark_due:
+                    cursor.position = max(cursor.position, current)
+                    marker = {
+                        "kind": selected.kind.name,
+                        "apiVersion": selected.kind.api_version,
+                        "metadata": {"resourceVersion": str(current)},
+                    }
+                    yield {"type": "BOOKMARK", "object": marker}
+                if deadline.is_set():
+                    return
+        finally:
+            timer.cancel()
+            with state.changed:
+                state.open_watches -= 1
+
+    def _wake(self, deadline: threading.Event) -> None:
+        deadline.set()
+        with self.state.changed:
+            self.state.changed.notify_all()
