@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from click.core import ParameterSource
@@ -26,7 +26,20 @@ def _not_implemented(command: str) -> NoReturn:
     _fail(f"{command}: not implemented yet")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """click's own usage errors, in one line like ours, rather than usage text plus error."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.ClickException as error:
+            click.echo(f"ipvsproxy: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            sys.exit(1)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ipvsproxy")
 def main() -> None:
     """A Kubernetes service proxy that programs the Linux kernel's IPVS load balancer."""
