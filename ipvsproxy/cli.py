@@ -14,9 +14,12 @@ from click.core import ParameterSource
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
-from ipvsproxy.model import DesiredState
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.model import DesiredState, IPVSTable, ObjectKey
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.render import plan_json, plan_text
+from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import translate
 
 USAGE_EXIT = 2
@@ -114,10 +117,15 @@ def _desired_state(source: Path, config: ProxyConfig) -> DesiredState:
     return replace(desired, rejections=(*rejections, *desired.rejections))
 
 
+_output_option = click.option(
+    "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+
+
 @main.command()
 @click.option("--once", is_flag=True, help="Reconcile once and exit.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_output_option
 @_proxy_options
 def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: object) -> None:
     """Reconcile the kernel's IPVS state with the cluster."""
@@ -146,7 +154,36 @@ def cleanup() -> None:
     _not_implemented("cleanup")
 
 
+def _service_filter(text: str | None) -> ObjectKey | None:
+    if text is None:
+        return None
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        _fail(f"{text!r} is not NAMESPACE/NAME")
+    return ObjectKey(namespace, name)
+
+
+def _kernel_ipvs_table() -> IPVSTable:
+    try:
+        check_ipvs()
+    except PreconditionError as error:
+        _fail(str(error))
+    with NetlinkIPVS() as ipvs:
+        return ipvs.dump()
+
+
 @main.command()
-def show() -> None:
-    """Show the live kernel state in Kubernetes terms."""
-    _not_implemented("show")
+@click.argument("service", required=False, metavar="[NAMESPACE/NAME]")
+@_output_option
+@_proxy_options
+def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -> None:
+    """Show the live kernel state in Kubernetes terms.
+
+    Service names come from --source (the API later); without one, the kernel's table alone.
+    """
+    only = _service_filter(service)
+    config = _resolve_config(ctx)
+    source: Path | None = ctx.params["source"]
+    desired = _desired_state(source, config) if source else None
+    view = build_view(_kernel_ipvs_table(), desired, only)
+    click.echo(view_json(view) if output == "json" else view_text(view))
