@@ -48,6 +48,10 @@ class AddressKernel(Protocol):
 
     def addresses(self, name: str) -> frozenset[IPAddress]: ...
 
+    def all_addresses(self) -> frozenset[IPAddress]:
+        """Every address on every interface: the node's own and kube-ipvs0's alike."""
+        ...
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 
