@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.kernel.addresses import FakeAddresses
+from ipvsproxy.kernel.ipsets import FakeIPSets
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.model import (
+    AddVirtualServer,
+    BindAddress,
+    DesiredState,
+    IPFamily,
+    IPSetContent,
+    IPSetSpec,
+    Protocol,
+    VirtualServer,
+    VirtualServerKey,
+    VirtualServerState,
+)
+from ipvsproxy.reconcile.cleanup import (
+    DUMMY_INTERFACE,
+    OUR_SETS,
+    CleanupPlan,
+    ObservedState,
+    plan_cleanup,
+)
+from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.translate import Settings, translate
+
+NODE_IP = ipaddress.ip_address("192.168.10.11")
+NODE_IP6 = ipaddress.ip_address("fd00:192::11")
+FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+IPSET_NAME_MAX = 31
+FOREIGN_SET = IPSetContent(IPSetSpec("my-allowlist", "hash:ip"), frozenset({"10.0.0.1"}))
+
+
+def _desired() -> DesiredState:
+    snapshot, _ = load_snapshot(Path("examples/cluster.yaml"), "node-a")
+    return translate(snapshot, Settings())
+
+
+class Machine:
+    """A node as ipvsproxy left it (from the example cluster), plus things that are not ours."""
+
+    def __init__(self, desired: DesiredState) -> None:
+        self.ipvs = FakeIPVS()
+        self.addresses = FakeAddresses()
+        self.ipsets = FakeIPSets()
+        self.ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())))
+        self.ipvs.apply(
+            [AddVirtualServer(VirtualServer(k)) for k in (FOREIGN_ON_NODE, FOREIGN_ELSEWHERE)]
+        )
+        self.addresses.ensure_interface(DUMMY_INTERFACE)
+        self.addresses.apply(DUMMY_INTERFACE, [BindAddress(a) for a in desired.bound_addresses])
+        self.addresses.ensure_interface("eth0")
+        self.addresses.apply("eth0", [BindAddress(NODE_IP), BindAddress(NODE_IP6)])
+        for content in desired.ipsets.values():
+            # KUBE-6-NODE-PORT-LOCAL-SCTP-HASH is 32 characters, over ipset's 31: the kernel
+            # (and the fake) refuse it, so no node can have it.
+            if len(content.spec.name) <= IPSET_NAME_MAX:
+                self.ipsets.replace(content)
+        self.ipsets.replace(FOREIGN_SET)
+
+    def observed(
+        self, chains: dict[IPFamily, dict[str, frozenset[str]]] | None = None
+    ) -> ObservedState:
+        return ObservedState(
+            ipvs=self.ipvs.dump(),
+            dummy_addresses=self.addresses.addresses(DUMMY_INTERFACE),
+            dummy_exists=self.addresses.interface_exists(DUMMY_INTERFACE),
+            node_addresses=self.addresses.all_addresses(),
+            ipsets=self.ipsets.list_sets(),
+            chains=chains or {},
+        )
+
+
+def test_every_virtual_server_we_made_is_planned_and_foreign_ones_are_not() -> None:
+    desired = _desired()
+    plan = plan_cleanup(Machine(desired).observed())
+    assert set(plan.virtual_servers) == set(desired.virtual_servers)
+    assert FOREIGN_ON_NODE not in plan.virtual_servers
+    assert FOREIGN_ELSEWHERE not in plan.virtual_servers
+
+
+def test_node_ports_are_recognised_by_their_ipset_membership_per_protocol_and_family() -> None:
+    sets = {
+        "KUBE-NODE-PORT-UDP": IPSetContent(
+            IPSetSpec("KUBE-NODE-PORT-UDP", "bitmap:port"), frozenset({"30053"})
+        ),
+        "KUBE-6-NODE-PORT-LOCAL-TCP": IPSetContent(
+            IPSetSpec("KUBE-6-NODE-PORT-LOCAL-TCP", "bitmap:port"), frozenset({"30443"})
+        ),
+        "KUBE-NODE-PORT-SCTP-HASH": IPSetContent(
+            IPSetSpec("KUBE-NODE-PORT-SCTP-HASH", "hash:ip,port"),
+            frozenset({"192.168.10.11,sctp:30132"}),
+        ),
+    }
+    ours = [
+        VirtualServerKey(Protocol.UDP, NODE_IP, 30053),
+        VirtualServerKey(Protocol.TCP, NODE_IP6, 30443),
+        VirtualServerKey(Protocol.SCTP, NODE_IP, 30132),
+    ]
+    not_ours = [
+        VirtualServerKey(Protocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
+        VirtualServerKey(Protocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
+        VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053),  # not local
+    ]
+    observed = ObservedState(
+        ipvs={key: _state(key) for key in (*ours, *not_ours)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP, NODE_IP6}),
+        ipsets=sets,
+        chains={},
+    )
+    assert set(plan_cleanup(observed).virtual_servers) == set(ours)
+
+
+def _state(key: VirtualServerKey) -> VirtualServerState:
+    return VirtualServerState(VirtualServer(key), {})
+
+
+def test_our_sets_of_both_families_go_and_others_stay() -> None:
+    machine = Machine(_desired())
+    machine.ipsets.replace(
+        IPSetContent(IPSetSpec("KUBE-6-LOAD-BALANCER-FW", "hash:ip,port", IPFamily.IPV6))
+    )
+    plan = plan_cleanup(machine.observed())
+    assert "my-allowlist" not in plan.ipsets
+    assert set(plan.ipsets) == set(machine.ipsets.list_sets()) - {"my-allowlist"}
+    assert {"KUBE-CLUSTER-IP", "KUBE-6-CLUSTER-IP", "KUBE-6-LOAD-BALANCER-FW"} <= set(plan.ipsets)
+    assert set(plan.ipsets) <= OUR_SETS
+
+
+def test_chains_are_planned_per_family_and_empty_tables_dropped() -> None:
+    chains = {
+        IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"}), "filter": frozenset()},
+        IPFamily.IPV6: {"nat": frozenset(), "filter": frozenset()},
+    }
+    plan = plan_cleanup(Machine(_desired()).observed(chains))
+    assert plan.chains == {IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"})}}
+    assert plan.delete_interface
+
+
+def test_a_clean_machine_plans_nothing() -> None:
+    observed = ObservedState(
+        ipvs={FOREIGN_ELSEWHERE: _state(FOREIGN_ELSEWHERE)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP}),
+        ipsets={"my-allowlist": FOREIGN_SET},
+        chains={IPFamily.IPV4: {"nat": frozenset()}},
+    )
+    plan = plan_cleanup(observed)
+    assert plan == CleanupPlan()
+    assert not plan
