@@ -84,7 +84,7 @@ FLAGS_OVER_FILE = frozenset({"--hostname-override"})
 DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
     "ipvs.syncPeriod": "30s",
-    "ipvs.minSyncPeriod": "1s",
+    "ipvs.minSyncPeriod": "0s",
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
@@ -108,7 +108,7 @@ class ProxyConfig:
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
-    min_sync_period: float = 1.0
+    min_sync_period: float = 0.0
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
 
@@ -259,7 +259,10 @@ def resolve(
         else FIELDS[path][0] or path
         for path in FIELDS
     }
-    return Resolved(_build({**DEFAULTS, **values}, origin, master), tuple(warnings))
+    # As kube-proxy's defaulting: an empty value in the file means the default.
+    merged = {**DEFAULTS, **values}
+    merged.update({path: DEFAULTS[path] for path in DEFAULTS if merged[path] == ""})
+    return Resolved(_build(merged, origin, master), tuple(warnings))
 
 
 def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
@@ -269,14 +272,14 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     detect = values["detectLocalMode"]
     if detect not in ("", "ClusterCIDR"):
         raise ConfigError(f"{origin['detectLocalMode']} {detect!r}: only ClusterCIDR is supported")
-    scheduler = values["ipvs.scheduler"] or "rr"
+    scheduler = values["ipvs.scheduler"]
     if scheduler not in SCHEDULERS:
         known = ", ".join(sorted(SCHEDULERS))
         raise ConfigError(f"{origin['ipvs.scheduler']} {scheduler!r} is not one of {known}")
     periods = {}
     for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
         try:
-            periods[path] = parse_duration(values[path])
+            periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
     hostname = (values.get("hostnameOverride") or "").strip().lower()

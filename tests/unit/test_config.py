@@ -83,6 +83,8 @@ FILE_ONLY_CASES: list[tuple[str, str, Any]] = [
     ("detectLocalMode: ClusterCIDR", "settings.scheduler", "rr"),
     ('ipvs:\n  scheduler: ""', "settings.scheduler", "rr"),
     ("ipvs:\n  excludeCIDRs: null", "settings.exclude_cidrs", ()),
+    ("ipvs:\n  syncPeriod: 0s", "sync_period", 30.0),
+    ('healthzBindAddress: ""', "healthz_bind_address", "0.0.0.0:10256"),
 ]
 
 
@@ -110,7 +112,7 @@ def test_defaults_are_kube_proxys() -> None:
     config = resolve({}, ()).config
     assert config.settings.scheduler == "rr"
     assert config.hostname == socket.gethostname().lower()
-    assert (config.sync_period, config.min_sync_period) == (30.0, 1.0)
+    assert (config.sync_period, config.min_sync_period) == (30.0, 0.0)
     assert config.healthz_bind_address == "0.0.0.0:10256"
     assert config.metrics_bind_address == "127.0.0.1:10249"
     assert config.kubeconfig is None
