@@ -70,7 +70,8 @@ _ADDRESS_SETS = {
 
 
 def set_name(base: str, family: IPFamily) -> str:
-    return base if family is IPFamily.IPV4 else base.replace("KUBE-", "KUBE-6-", 1)
+    """kube-proxy's name, cut to the 31 characters the kernel takes as kube-proxy cuts it."""
+    return base if family is IPFamily.IPV4 else base.replace("KUBE-", "KUBE-6-", 1)[:31]
 
 
 def _ip_port(key: VirtualServerKey) -> str:
