@@ -3,7 +3,8 @@
 Unlike kube-proxy's cleanup, which flushes the whole IPVS table, ownership is decided from the
 kernel alone, without the cluster:
 
-* a virtual server on an address of kube-ipvs0 is a service address we bound;
+* a virtual server on an address of kube-ipvs0 is a service address we bound, and so is one
+  whose address, protocol and port are in our service-address ipsets (kube-ipvs0 may be gone);
 * a virtual server on another address of this node is a NodePort when its protocol and port
   are members of our NodePort ipsets (read before those sets go);
 * our iptables chains (and the jumps to them), then our ipsets (they cannot go while a rule
@@ -14,7 +15,7 @@ The planner is pure; the executor applies a plan and reports one line per object
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
@@ -54,7 +55,11 @@ _NODE_PORT_SETS: Mapping[Protocol, tuple[str, ...]] = {
     Protocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
 }
 
+# Sets of "address,protocol:port" entries, one per service address's virtual server.
+_SERVICE_ADDRESS_SETS = ("KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-LOAD-BALANCER")
+
 Chains = Mapping[str, frozenset[str]]  # table -> chain names
+IPSets = Mapping[str, IPSetContent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +70,10 @@ class ObservedState:
     dummy_addresses: frozenset[IPAddress]
     dummy_exists: bool
     node_addresses: frozenset[IPAddress]
-    ipsets: Mapping[str, IPSetContent]
+    ipsets: IPSets
     chains: Mapping[IPFamily, Chains]
+    # What could not be read (e.g. no ip6tables): reported as failed, the rest still goes.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,8 @@ class CleanupPlan:
 
 @dataclass(frozen=True, slots=True)
 class CleanupReport:
+    """One line per object: "removed ..." or "could not remove ...: reason"."""
+
     removed: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
 
@@ -89,32 +98,43 @@ class CleanupReport:
 def observe(
     ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
 ) -> ObservedState:
+    chains: dict[IPFamily, Chains] = {}
+    unreadable: list[str] = []
+    for family in IPFamily:
+        try:
+            chains[family] = iptables.our_chains(family)
+        except Exception as error:  # as in _attempt: each layer raises its own errors
+            unreadable.append(f"could not read {family} iptables chains: {_reason(error)}")
     return ObservedState(
         ipvs=ipvs.dump(),
         dummy_addresses=addresses.addresses(DUMMY_INTERFACE),
         dummy_exists=addresses.interface_exists(DUMMY_INTERFACE),
         node_addresses=addresses.all_addresses(),
         ipsets=ipsets.list_sets(),
-        chains={family: iptables.our_chains(family) for family in IPFamily},
+        chains=chains,
+        unreadable=tuple(unreadable),
     )
 
 
-def _node_port_entry(key: VirtualServerKey) -> str:
-    if key.protocol is Protocol.SCTP:
-        return f"{key.address},sctp:{key.port}"
-    return str(key.port)
+def _ip_port(key: VirtualServerKey) -> str:
+    return f"{key.address},{key.protocol.value.lower()}:{key.port}"
 
 
-def _is_node_port(key: VirtualServerKey, sets: Mapping[str, IPSetContent]) -> bool:
-    family = IPFamily.of(key.address)
-    names = (set_name(base, family) for base in _NODE_PORT_SETS[key.protocol])
-    entry = _node_port_entry(key)
+def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSets) -> bool:
+    names = (set_name(base, IPFamily.of(key.address)) for base in bases)
     return any(entry in sets[name].entries for name in names if name in sets)
+
+
+def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
+    entry = _ip_port(key) if key.protocol is Protocol.SCTP else str(key.port)
+    return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
 
 
 def plan_cleanup(observed: ObservedState) -> CleanupPlan:
     def ours(key: VirtualServerKey) -> bool:
         if key.address in observed.dummy_addresses:
+            return True
+        if _in_sets(_ip_port(key), _SERVICE_ADDRESS_SETS, key, observed.ipsets):
             return True
         return key.address in observed.node_addresses and _is_node_port(key, observed.ipsets)
 
@@ -132,15 +152,20 @@ def plan_cleanup(observed: ObservedState) -> CleanupPlan:
     )
 
 
+def _reason(error: Exception) -> str:
+    # str(OSError) prefixes "[Errno N]", which says nothing to a reader.
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+
+
 def _attempt(action: Callable[[], None], what: str, removed: list[str], failed: list[str]) -> None:
     try:
         action()
     # Best effort across kernel layers that each raise their own errors (OSError, pyroute2's
     # NetlinkError, iptables-restore failures): every failure is one line, the rest goes on.
     except Exception as error:
-        failed.append(f"{what}: {error}")
+        failed.append(f"could not remove {what}: {_reason(error)}")
     else:
-        removed.append(what)
+        removed.append(f"removed {what}")
 
 
 def execute_cleanup(
@@ -154,11 +179,10 @@ def execute_cleanup(
     failed: list[str] = []
     results = ipvs.apply([DeleteVirtualServer(key) for key in plan.virtual_servers])
     for key, result in zip(plan.virtual_servers, results, strict=True):
-        what = f"virtual server {key}"
         if result is None:
-            removed.append(what)
+            removed.append(f"removed virtual server {key}")
         else:
-            failed.append(f"{what}: {result.message}")
+            failed.append(f"could not remove virtual server {key}: {result.message}")
     for family, chains in plan.chains.items():
         names = ", ".join(
             f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
@@ -177,5 +201,6 @@ def cleanup(
     ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
 ) -> CleanupReport:
     """Observe, plan and remove: what ``ipvsproxy cleanup`` does."""
-    plan = plan_cleanup(observe(ipvs, addresses, ipsets, iptables))
-    return execute_cleanup(plan, ipvs, addresses, ipsets, iptables)
+    observed = observe(ipvs, addresses, ipsets, iptables)
+    report = execute_cleanup(plan_cleanup(observed), ipvs, addresses, ipsets, iptables)
+    return CleanupReport(report.removed, (*observed.unreadable, *report.failed))

@@ -6,6 +6,7 @@ from pathlib import Path
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
 from ipvsproxy.kernel.ipsets import FakeIPSets
+from ipvsproxy.kernel.iptables import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (
     AddVirtualServer,
@@ -23,7 +24,9 @@ from ipvsproxy.reconcile.cleanup import (
     DUMMY_INTERFACE,
     OUR_SETS,
     CleanupPlan,
+    CleanupReport,
     ObservedState,
+    cleanup,
     plan_cleanup,
 )
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
@@ -33,7 +36,13 @@ NODE_IP = ipaddress.ip_address("192.168.10.11")
 NODE_IP6 = ipaddress.ip_address("fd00:192::11")
 FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
 FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
-IPSET_NAME_MAX = 31
+# A firewall of someone else's that also sends packets through a chain before ours.
+FOREIGN_RULES = """*filter
+:MY-FIREWALL - [0:0]
+-A INPUT -j MY-FIREWALL
+-A MY-FIREWALL -s 10.0.0.1/32 -j ACCEPT
+COMMIT
+"""
 FOREIGN_SET = IPSetContent(IPSetSpec("my-allowlist", "hash:ip"), frozenset({"10.0.0.1"}))
 
 
@@ -58,11 +67,15 @@ class Machine:
         self.addresses.ensure_interface("eth0")
         self.addresses.apply("eth0", [BindAddress(NODE_IP), BindAddress(NODE_IP6)])
         for content in desired.ipsets.values():
-            # KUBE-6-NODE-PORT-LOCAL-SCTP-HASH is 32 characters, over ipset's 31: the kernel
-            # (and the fake) refuse it, so no node can have it.
-            if len(content.spec.name) <= IPSET_NAME_MAX:
-                self.ipsets.replace(content)
+            self.ipsets.replace(content)
         self.ipsets.replace(FOREIGN_SET)
+        self.iptables = FakeIptables(ipset_names=lambda: set(self.ipsets.list_sets()))
+        for ruleset in desired.iptables:
+            self.iptables.restore(ruleset)
+        self.iptables.netfilter.restore(IPFamily.IPV4, FOREIGN_RULES)
+
+    def cleanup(self) -> CleanupReport:
+        return cleanup(self.ipvs, self.addresses, self.ipsets, self.iptables)
 
     def observed(
         self, chains: dict[IPFamily, dict[str, frozenset[str]]] | None = None
@@ -157,3 +170,60 @@ def test_a_clean_machine_plans_nothing() -> None:
     plan = plan_cleanup(observed)
     assert plan == CleanupPlan()
     assert not plan
+
+
+def test_service_addresses_in_our_sets_are_ours_even_when_kube_ipvs0_is_gone() -> None:
+    desired = _desired()
+    machine = Machine(desired)
+    machine.addresses.delete_interface(DUMMY_INTERFACE)
+    plan = plan_cleanup(machine.observed())
+    assert set(plan.virtual_servers) == set(desired.virtual_servers)
+    assert not plan.delete_interface
+
+
+def test_cleanup_removes_ours_in_order_and_leaves_the_rest() -> None:
+    desired = _desired()
+    machine = Machine(desired)
+    report = machine.cleanup()
+
+    assert report.failed == ()
+    assert len([line for line in report.removed if "virtual server" in line]) == 8
+    assert report.removed[8:10] == (
+        "removed IPv4 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
+        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
+        "removed IPv6 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
+        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
+    )
+    assert "removed ipset KUBE-6-CLUSTER-IP" in report.removed
+    assert report.removed[-1] == "removed interface kube-ipvs0"
+
+    assert set(machine.ipvs.dump()) == {FOREIGN_ON_NODE, FOREIGN_ELSEWHERE}
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+    assert machine.addresses.addresses("eth0") == {NODE_IP, NODE_IP6}
+    assert set(machine.ipsets.list_sets()) == {"my-allowlist"}
+    for family in IPFamily:
+        assert machine.iptables.our_chains(family) == {}
+    saved = machine.iptables.netfilter.save(IPFamily.IPV4)
+    assert "-A INPUT -j MY-FIREWALL" in saved
+    assert "-A MY-FIREWALL -s 10.0.0.1/32 -j ACCEPT" in saved
+
+
+def test_a_second_cleanup_does_nothing_and_reports_nothing() -> None:
+    machine = Machine(_desired())
+    machine.cleanup()
+    assert machine.cleanup() == CleanupReport()
+
+
+def test_a_set_someone_else_still_uses_fails_alone_and_is_retried() -> None:
+    machine = Machine(_desired())
+    machine.ipsets.hold("KUBE-CLUSTER-IP")
+    report = machine.cleanup()
+    assert report.failed == (
+        "could not remove ipset KUBE-CLUSTER-IP: cannot destroy set "
+        "KUBE-CLUSTER-IP: the set is in use by a kernel component (an iptables rule?)",
+    )
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+    assert set(machine.ipsets.list_sets()) == {"my-allowlist", "KUBE-CLUSTER-IP"}
+
+    machine.ipsets.release("KUBE-CLUSTER-IP")
+    assert machine.cleanup() == CleanupReport(removed=("removed ipset KUBE-CLUSTER-IP",))
