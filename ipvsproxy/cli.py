@@ -14,9 +14,13 @@ from click.core import ParameterSource
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
+from ipvsproxy.kernel.addresses import NetlinkAddresses
+from ipvsproxy.kernel.ipsets import NetlinkIPSets
+from ipvsproxy.kernel.iptables import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
 from ipvsproxy.model import DesiredState, IPVSTable, ObjectKey
+from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.render import plan_json, plan_text
 from ipvsproxy.show import build_view, view_json, view_text
@@ -150,8 +154,25 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
 
 @main.command()
 def cleanup() -> None:
-    """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else."""
-    _not_implemented("cleanup")
+    """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else.
+
+    Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
+    """
+    _check_preconditions()
+    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
+        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    for line in report.removed:
+        click.echo(line)
+    for line in report.failed:
+        click.echo(f"ipvsproxy: {line}", err=True)
+    sys.exit(1 if report.failed else 0)
+
+
+def _check_preconditions() -> None:
+    try:
+        check_ipvs()
+    except PreconditionError as error:
+        _fail(str(error))
 
 
 def _service_filter(text: str | None) -> ObjectKey | None:
@@ -164,10 +185,7 @@ def _service_filter(text: str | None) -> ObjectKey | None:
 
 
 def _kernel_ipvs_table() -> IPVSTable:
-    try:
-        check_ipvs()
-    except PreconditionError as error:
-        _fail(str(error))
+    _check_preconditions()
     with NetlinkIPVS() as ipvs:
         return ipvs.dump()
 

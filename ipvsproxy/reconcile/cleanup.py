@@ -197,7 +197,7 @@ def execute_cleanup(
     return CleanupReport(tuple(removed), tuple(failed))
 
 
-def cleanup(
+def remove_leftovers(
     ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
 ) -> CleanupReport:
     """Observe, plan and remove: what ``ipvsproxy cleanup`` does."""

@@ -26,8 +26,8 @@ from ipvsproxy.reconcile.cleanup import (
     CleanupPlan,
     CleanupReport,
     ObservedState,
-    cleanup,
     plan_cleanup,
+    remove_leftovers,
 )
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
@@ -75,7 +75,7 @@ class Machine:
         self.iptables.netfilter.restore(IPFamily.IPV4, FOREIGN_RULES)
 
     def cleanup(self) -> CleanupReport:
-        return cleanup(self.ipvs, self.addresses, self.ipsets, self.iptables)
+        return remove_leftovers(self.ipvs, self.addresses, self.ipsets, self.iptables)
 
     def observed(
         self, chains: dict[IPFamily, dict[str, frozenset[str]]] | None = None

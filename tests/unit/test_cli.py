@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
+from ipvsproxy.kernel.preconditions import PreconditionError
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 
@@ -159,3 +160,17 @@ def test_flags_reach_translate_as_settings(
     result = CliRunner().invoke(main, _sync(*args))
     assert result.exit_code == 0, result.output
     assert seen == [expected]
+
+
+def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_root() -> None:
+        raise PreconditionError(
+            "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
+        )
+
+    monkeypatch.setattr(cli, "check_ipvs", not_root)
+    result = CliRunner().invoke(main, ["cleanup"])
+    assert result.exit_code == 2
+    assert result.output == (
+        "ipvsproxy: ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS\n"
+    )
