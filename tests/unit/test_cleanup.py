@@ -149,9 +149,10 @@ def test_our_sets_of_both_families_go_and_others_stay() -> None:
 
 
 def test_chains_are_planned_per_family_and_empty_tables_dropped() -> None:
+    nothing: frozenset[str] = frozenset()
     chains = {
-        IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"}), "filter": frozenset()},
-        IPFamily.IPV6: {"nat": frozenset(), "filter": frozenset()},
+        IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"}), "filter": nothing},
+        IPFamily.IPV6: {"nat": nothing, "filter": nothing},
     }
     plan = plan_cleanup(Machine(_desired()).observed(chains))
     assert plan.chains == {IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"})}}
