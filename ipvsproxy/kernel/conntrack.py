@@ -16,14 +16,9 @@ from typing import Any
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipvsproxy.kernel.ipvs import IP_PROTOCOLS, PROTOCOLS_BY_NUMBER
 from ipvsproxy.model import IPAddress, Protocol, RealServerKey, VirtualServerKey
 
-IP_PROTOCOLS = {
-    Protocol.TCP: socket.IPPROTO_TCP,
-    Protocol.UDP: socket.IPPROTO_UDP,
-    Protocol.SCTP: socket.IPPROTO_SCTP,
-}
-PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
 # How long a flow written by add_flow lives unless traffic refreshes it.
 SEEDED_FLOW_TIMEOUT = 120
 
@@ -72,17 +67,44 @@ def _family(address: IPAddress) -> int:
     return socket.AF_INET if address.version == 4 else socket.AF_INET6
 
 
-def _flow(entry: Any) -> Flow | None:
-    """The Flow a conntrack entry is; None for one without ports (ICMP, ...)."""
-    original, reply = entry.tuple_orig, entry.tuple_reply
-    protocol = PROTOCOLS_BY_NUMBER.get(original.proto)
-    if protocol is None or original.dport is None or reply.sport is None:
+def _address(ip: Any, direction: str) -> IPAddress:
+    value = ip.get_attr(f"CTA_IP_V4_{direction}") or ip.get_attr(f"CTA_IP_V6_{direction}")
+    return ipaddress.ip_address(value)
+
+
+def _flow(message: Any) -> Flow | None:
+    """The Flow a dumped conntrack message is; None for one without ports (ICMP, ...).
+
+    Decoded here rather than by pyroute2's ConntrackEntry, which reads no SCTP ports.
+    """
+    original, reply = message.get_attr("CTA_TUPLE_ORIG"), message.get_attr("CTA_TUPLE_REPLY")
+    original_ports = original.get_attr("CTA_TUPLE_PROTO")
+    reply_ports = reply.get_attr("CTA_TUPLE_PROTO")
+    protocol = PROTOCOLS_BY_NUMBER.get(original_ports.get_attr("CTA_PROTO_NUM"))
+    if protocol is None:
         return None
+    original_ip, reply_ip = original.get_attr("CTA_TUPLE_IP"), reply.get_attr("CTA_TUPLE_IP")
     return Flow(
-        service=VirtualServerKey(protocol, ipaddress.ip_address(original.daddr), original.dport),
-        endpoint=RealServerKey(ipaddress.ip_address(reply.saddr), reply.sport),
-        client=ipaddress.ip_address(original.saddr),
-        client_port=original.sport,
+        service=VirtualServerKey(
+            protocol, _address(original_ip, "DST"), original_ports.get_attr("CTA_PROTO_DST_PORT")
+        ),
+        endpoint=RealServerKey(
+            _address(reply_ip, "SRC"), reply_ports.get_attr("CTA_PROTO_SRC_PORT")
+        ),
+        client=_address(original_ip, "SRC"),
+        client_port=original_ports.get_attr("CTA_PROTO_SRC_PORT"),
+    )
+
+
+def _original(flow: Flow) -> NFCTAttrTuple:
+    """The tuple of the flow's first packet, by which the kernel knows the flow."""
+    return NFCTAttrTuple(
+        family=_family(flow.client),
+        saddr=str(flow.client),
+        daddr=str(flow.service.address),
+        proto=IP_PROTOCOLS[flow.service.protocol],
+        sport=flow.client_port,
+        dport=flow.service.port,
     )
 
 
@@ -90,8 +112,8 @@ class NetlinkConntrack:
     """The kernel's conntrack table through ctnetlink (nf_conntrack_netlink).
 
     The kernel cannot delete by a partial tuple, so this dumps the flows to the service's
-    port and deletes each one to its address whose replies come from the endpoint,
-    as kube-proxy does.
+    port and deletes each one to its address whose replies come from the endpoint, as
+    kube-proxy does.
     """
 
     def __init__(self) -> None:
@@ -112,24 +134,16 @@ class NetlinkConntrack:
 
     def add_flow(self, flow: Flow) -> None:
         """Write a flow into the table, as if its first packet had been NATed."""
-        family = _family(flow.client)
-        number = IP_PROTOCOLS[flow.service.protocol]
+        original = _original(flow)
         self._tables[flow.client.version].entry(
             "add",
             timeout=SEEDED_FLOW_TIMEOUT,
-            tuple_orig=NFCTAttrTuple(
-                family=family,
-                saddr=str(flow.client),
-                daddr=str(flow.service.address),
-                proto=number,
-                sport=flow.client_port,
-                dport=flow.service.port,
-            ),
+            tuple_orig=original,
             tuple_reply=NFCTAttrTuple(
-                family=family,
+                family=original.family,
                 saddr=str(flow.endpoint.address),
                 daddr=str(flow.client),
-                proto=number,
+                proto=original.proto,
                 sport=flow.endpoint.port,
                 dport=flow.client_port,
             ),
@@ -138,8 +152,8 @@ class NetlinkConntrack:
     def flows(self) -> frozenset[Flow]:
         found = set()
         for table in self._tables.values():
-            for entry in table.dump_entries():
-                flow = _flow(entry)
+            for message in table.dump():
+                flow = _flow(message)
                 if flow is not None:
                     found.add(flow)
         return frozenset(found)
@@ -154,14 +168,14 @@ class NetlinkConntrack:
             family=_family(service.address), proto=IP_PROTOCOLS[protocol], dport=service.port
         )
         doomed = [
-            entry
-            for entry in table.dump_entries(tuple_orig=to_service)
-            if (flow := _flow(entry)) is not None and flow.matches(protocol, service, endpoint)
+            flow
+            for message in table.dump(tuple_orig=to_service)
+            if (flow := _flow(message)) is not None and flow.matches(protocol, service, endpoint)
         ]
         deleted = 0
-        for entry in doomed:
+        for flow in doomed:
             try:
-                table.delete(entry)
+                table.entry("del", tuple_orig=_original(flow))
             except NetlinkError as error:
                 # The flow may have expired between the dump and the delete.
                 if error.code != errno.ENOENT:

@@ -9,16 +9,27 @@ error; adding an entry that is there or deleting one that is not is not an error
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
-import socket
-import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_IPSET
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
+from ipvsproxy.kernel.ipset_codec import (
+    ATTR,
+    ATTR_SETNAME2,
+    create_data,
+    decode_text,
+    entry_data,
+    format_entry,
+    nfproto,
+    reply_attributes,
+    reply_spec,
+    request_body,
+    string,
+    u8,
+)
 from ipvsproxy.kernel.ipset_entries import (
     SET_TYPES,
     Entry,
@@ -29,11 +40,8 @@ from ipvsproxy.kernel.ipset_entries import (
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NETLINK_NETFILTER,
-    NLA_F_NESTED,
-    NLA_F_NET_BYTEORDER,
     NLM_F_DUMP,
     BatchSocket,
-    attribute,
     attributes,
 )
 from ipvsproxy.model import BatchResult, IPFamily, IPSetContent, IPSetSpec, OpError
@@ -111,7 +119,7 @@ def _refused_entries(spec: IPSetSpec, entries: Sequence[str], results: BatchResu
 class FakeIPSets:
     """In-memory sets that refuse what the kernel refuses, with the kernel's errnos.
 
-    ``hold``/``release`` stand for an iptables rule that refers to a set.
+    ``hold`` stands for an iptables rule that refers to a set.
     """
 
     def __init__(self) -> None:
@@ -174,9 +182,6 @@ class FakeIPSets:
     def hold(self, name: str) -> None:
         self._held.add(name)
 
-    def release(self, name: str) -> None:
-        self._held.discard(name)
-
 
 def _exists_differently(spec: IPSetSpec) -> IPSetError:
     wanted = as_listed(spec)
@@ -194,110 +199,12 @@ def _busy(name: str) -> IPSetError:
     )
 
 
-# kube-proxy's defaults (pkg/proxy/ipvs/ipset): every hash set, and the bitmap:port range.
-HASH_SIZE = 1024
-MAX_ELEMENTS = 65536
-PORT_RANGE = (0, 65535)
-IPSET_PROTOCOL = 7
-NFNETLINK_V0 = 0
-NFPROTO_UNSPEC, NFPROTO_IPV4, NFPROTO_IPV6 = 0, 2, 10
-NFPROTO_BY_FAMILY = {IPFamily.IPV4: NFPROTO_IPV4, IPFamily.IPV6: NFPROTO_IPV6}
-IP_PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP, "sctp": socket.IPPROTO_SCTP}
-PROTOCOL_NAMES = {
-    **{number: name for name, number in IP_PROTOCOLS.items()},
-    socket.IPPROTO_ICMP: "icmp",
-    socket.IPPROTO_ICMPV6: "icmpv6",
-}
-
-
-def _attribute_numbers() -> dict[str, int]:
-    """Attribute name -> number, as pyroute2's ipset message classes define them."""
-    message = nfipset.ipset_msg
-    numbers = {entry[0]: index for index, entry in enumerate(message.nla_map)}
-    for nested in (message.ipset_generic.adt_data, message.cadt_data, nfipset.ipset_base.ipset_ip):
-        for index, entry in enumerate(nested.nla_map):
-            if isinstance(entry[0], int):
-                numbers.setdefault(entry[1], entry[0])
-            else:
-                numbers.setdefault(entry[0], index)
-    return numbers
-
-
-ATTR = _attribute_numbers()
-# Swapping names the second set where other commands carry the type name.
-ATTR_SETNAME2 = ATTR["IPSET_ATTR_TYPENAME"]
-
-
-def _u8(kind: str, value: int) -> bytes:
-    return attribute(ATTR[kind], struct.pack("=B", value))
-
-
-def _be16(kind: str, value: int) -> bytes:
-    return attribute(ATTR[kind] | NLA_F_NET_BYTEORDER, struct.pack(">H", value))
-
-
-def _be32(kind: str, value: int) -> bytes:
-    return attribute(ATTR[kind] | NLA_F_NET_BYTEORDER, struct.pack(">I", value))
-
-
-def _string(kind: int, value: str) -> bytes:
-    return attribute(kind, value.encode() + b"\0")
-
-
-def _nested(kind: str, *children: bytes) -> bytes:
-    return attribute(ATTR[kind] | NLA_F_NESTED, b"".join(children))
-
-
-def _ip(kind: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
-    inner = "IPSET_ATTR_IPADDR_IPV4" if address.version == 4 else "IPSET_ATTR_IPADDR_IPV6"
-    return _nested(kind, attribute(ATTR[inner] | NLA_F_NET_BYTEORDER, address.packed))
-
-
-def _entry_data(entry: Entry) -> bytes:
-    parts = []
-    if entry.address is not None:
-        parts.append(_ip("IPSET_ATTR_IP", entry.address))
-    if entry.port is not None:
-        parts.append(_be16("IPSET_ATTR_PORT", entry.port))
-    if entry.protocol is not None:
-        parts.append(_u8("IPSET_ATTR_PROTO", IP_PROTOCOLS[entry.protocol]))
-    if entry.address2 is not None:
-        parts.append(_ip("IPSET_ATTR_IP2", entry.address2))
-    if entry.prefix2 is not None:
-        parts.append(_u8("IPSET_ATTR_CIDR2", entry.prefix2))
-    return _nested("IPSET_ATTR_DATA", *parts)
-
-
-def _format_ip(payload: bytes, prefix: int | None) -> str:
-    (_, value), *_ = attributes(payload)
-    address = ipaddress.ip_address(value)
-    return str(address) if prefix in (None, address.max_prefixlen) else f"{address}/{prefix}"
-
-
-def _format_entry(data: bytes) -> str:
-    """An entry the kernel listed, in ipset(8) syntax."""
-    fields = dict(attributes(data))
-    cidr = fields.get(ATTR["IPSET_ATTR_CIDR"])
-    cidr2 = fields.get(ATTR["IPSET_ATTR_CIDR2"])
-    parts = []
-    if ATTR["IPSET_ATTR_IP"] in fields:
-        parts.append(_format_ip(fields[ATTR["IPSET_ATTR_IP"]], cidr[0] if cidr else None))
-    if ATTR["IPSET_ATTR_PORT"] in fields:
-        (port,) = struct.unpack(">H", fields[ATTR["IPSET_ATTR_PORT"]])
-        protocol = fields.get(ATTR["IPSET_ATTR_PROTO"])
-        if protocol is None:
-            parts.append(str(port))
-        else:
-            parts.append(f"{PROTOCOL_NAMES.get(protocol[0], str(protocol[0]))}:{port}")
-    if ATTR["IPSET_ATTR_IP2"] in fields:
-        parts.append(_format_ip(fields[ATTR["IPSET_ATTR_IP2"]], cidr2[0] if cidr2 else None))
-    if ATTR["IPSET_ATTR_NAME"] in fields:
-        parts.append(fields[ATTR["IPSET_ATTR_NAME"]].rstrip(b"\0").decode())
-    return ",".join(parts)
-
-
 def _temporary_name(name: str) -> str:
     return f"ipvsproxy-tmp-{zlib.crc32(name.encode()):08x}"
+
+
+def _failed(action: str, error: OSError) -> IPSetError:
+    return IPSetError(error.errno or errno.EIO, f"{action}: {error.strerror}")
 
 
 class NetlinkIPSets:
@@ -316,13 +223,6 @@ class NetlinkIPSets:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _body(self, name: str | None, *attrs: bytes, family: int = NFPROTO_UNSPEC) -> bytes:
-        header = struct.pack("=BBH", family, NFNETLINK_V0, 0) + _u8(
-            "IPSET_ATTR_PROTOCOL", IPSET_PROTOCOL
-        )
-        setname = b"" if name is None else _string(ATTR["IPSET_ATTR_SETNAME"], name)
-        return header + setname + b"".join(attrs)
-
     def _request(self, command: int, body: bytes, flags: int = 0) -> list[bytes]:
         return self._socket.request((NFNL_SUBSYS_IPSET << 8) | command, flags, body)
 
@@ -330,42 +230,43 @@ class NetlinkIPSets:
         specs: dict[str, IPSetSpec] = {}
         entries: dict[str, set[str]] = {}
         # A large set comes in several messages; only the first names its type and family.
-        for message in self._request(nfipset.IPSET_CMD_LIST, self._body(None), NLM_F_DUMP):
-            fields = dict(attributes(message, 20))
-            name = fields[ATTR["IPSET_ATTR_SETNAME"]].rstrip(b"\0").decode()
+        for message in self._request(nfipset.IPSET_CMD_LIST, request_body(None), NLM_F_DUMP):
+            fields = reply_attributes(message)
+            name = decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]])
             if ATTR["IPSET_ATTR_TYPENAME"] in fields:
-                set_type = fields[ATTR["IPSET_ATTR_TYPENAME"]].rstrip(b"\0").decode()
-                nfproto = fields[ATTR["IPSET_ATTR_FAMILY"]][0]
-                family = IPFamily.IPV6 if nfproto == NFPROTO_IPV6 else IPFamily.IPV4
-                specs[name] = IPSetSpec(name, set_type, family)
+                specs[name] = reply_spec(fields)
             members = entries.setdefault(name, set())
             for _, data in attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b"")):
-                members.add(_format_entry(data))
+                members.add(format_entry(data))
         return {
             name: IPSetContent(spec, frozenset(entries.get(name, ())))
             for name, spec in specs.items()
         }
 
-    def _nfproto(self, spec: IPSetSpec) -> int:
-        return NFPROTO_UNSPEC if spec.set_type == "bitmap:port" else NFPROTO_BY_FAMILY[spec.family]
+    def _spec(self, name: str) -> IPSetSpec | None:
+        """The type and family of one set, from its header alone."""
+        try:
+            (reply,) = self._request(nfipset.IPSET_CMD_HEADER, request_body(name))
+        except OSError as error:
+            if error.errno == errno.ENOENT:
+                return None
+            raise _failed(f"read set {name}", error) from None
+        return reply_spec(reply_attributes(reply))
 
-    def _revision(self, set_type: str, nfproto: int) -> int:
-        """The newest revision of a set type the kernel has (this also loads its module)."""
-        key = (set_type, nfproto)
+    def _revision(self, set_type: str, family: int) -> int:
+        """The newest revision of a set type the kernel has (asking also loads its module)."""
+        key = (set_type, family)
         if key not in self._revisions:
-            body = self._body(
+            body = request_body(
                 None,
-                _string(ATTR["IPSET_ATTR_TYPENAME"], set_type),
-                _u8("IPSET_ATTR_FAMILY", nfproto),
+                string(ATTR["IPSET_ATTR_TYPENAME"], set_type),
+                u8("IPSET_ATTR_FAMILY", family),
             )
             try:
                 (reply,) = self._request(nfipset.IPSET_CMD_TYPE, body)
             except OSError as error:
-                raise IPSetError(
-                    error.errno or errno.EINVAL, f"set type {set_type}: {error.strerror}"
-                ) from None
-            fields = dict(attributes(reply, 20))
-            self._revisions[key] = fields[ATTR["IPSET_ATTR_REVISION"]][0]
+                raise _failed(f"set type {set_type}", error) from None
+            self._revisions[key] = reply_attributes(reply)[ATTR["IPSET_ATTR_REVISION"]][0]
         return self._revisions[key]
 
     def create(self, spec: IPSetSpec) -> None:
@@ -376,68 +277,39 @@ class NetlinkIPSets:
             if as_listed(existing) != as_listed(spec):
                 raise _exists_differently(spec)
             return
-        nfproto = self._nfproto(spec)
-        if spec.set_type == "bitmap:port":
-            data = _nested(
-                "IPSET_ATTR_DATA",
-                _be16("IPSET_ATTR_PORT", PORT_RANGE[0]),
-                _be16("IPSET_ATTR_PORT_TO", PORT_RANGE[1]),
-            )
-        else:
-            data = _nested(
-                "IPSET_ATTR_DATA",
-                _be32("IPSET_ATTR_HASHSIZE", HASH_SIZE),
-                _be32("IPSET_ATTR_MAXELEM", MAX_ELEMENTS),
-            )
-        body = self._body(
+        family = nfproto(spec)
+        body = request_body(
             spec.name,
-            _string(ATTR["IPSET_ATTR_TYPENAME"], spec.set_type),
-            _u8("IPSET_ATTR_REVISION", self._revision(spec.set_type, nfproto)),
-            _u8("IPSET_ATTR_FAMILY", nfproto),
-            data,
+            string(ATTR["IPSET_ATTR_TYPENAME"], spec.set_type),
+            u8("IPSET_ATTR_REVISION", self._revision(spec.set_type, family)),
+            u8("IPSET_ATTR_FAMILY", family),
+            create_data(spec.set_type),
         )
         try:
             self._request(nfipset.IPSET_CMD_CREATE, body)
         except OSError as error:
             if error.errno == errno.EEXIST:
                 raise _exists_differently(spec) from None
-            raise IPSetError(
-                error.errno or 0, f"create set {spec.name}: {error.strerror}"
-            ) from None
+            raise _failed(f"create set {spec.name}", error) from None
 
     def destroy(self, name: str) -> None:
         if not name:
             # An empty name would ask the kernel to destroy every set.
             raise IPSetError(errno.EINVAL, "destroy: no set name given")
         try:
-            self._request(nfipset.IPSET_CMD_DESTROY, self._body(name))
+            self._request(nfipset.IPSET_CMD_DESTROY, request_body(name))
         except OSError as error:
             if error.errno == errno.ENOENT:
                 return
             if error.errno == nfipset.IPSET_ERR_BUSY:
                 raise _busy(name) from None
-            raise IPSetError(error.errno or 0, f"destroy set {name}: {error.strerror}") from None
+            raise _failed(f"destroy set {name}", error) from None
 
     def add(self, name: str, entries: Sequence[str]) -> BatchResult:
         return self._change(nfipset.IPSET_CMD_ADD, name, entries)
 
     def delete(self, name: str, entries: Sequence[str]) -> BatchResult:
         return self._change(nfipset.IPSET_CMD_DEL, name, entries)
-
-    def _spec(self, name: str) -> IPSetSpec | None:
-        """The type and family of one set, from its header alone."""
-        try:
-            (reply,) = self._request(nfipset.IPSET_CMD_HEADER, self._body(name))
-        except OSError as error:
-            if error.errno == errno.ENOENT:
-                return None
-            raise
-        fields = dict(attributes(reply, 20))
-        set_type = fields[ATTR["IPSET_ATTR_TYPENAME"]].rstrip(b"\0").decode()
-        nfproto = fields[ATTR["IPSET_ATTR_FAMILY"]][0]
-        return IPSetSpec(
-            name, set_type, IPFamily.IPV6 if nfproto == NFPROTO_IPV6 else IPFamily.IPV4
-        )
 
     def _change(self, command: int, name: str, entries: Sequence[str]) -> BatchResult:
         spec = self._spec(name)
@@ -455,9 +327,8 @@ class NetlinkIPSets:
             if isinstance(entry, OpError):
                 results[index] = entry
                 continue
-            requests.append(
-                ((NFNL_SUBSYS_IPSET << 8) | command, 0, self._body(name, _entry_data(entry)))
-            )
+            body = request_body(name, entry_data(entry))
+            requests.append(((NFNL_SUBSYS_IPSET << 8) | command, 0, body))
             sent.append(index)
         for index, refused in zip(sent, self._socket.apply(requests), strict=True):
             if refused is not None:
@@ -476,12 +347,10 @@ class NetlinkIPSets:
         self.create(temporary)
         try:
             _refused_entries(spec, entries, self.add(temporary.name, entries))
-            body = self._body(spec.name, _string(ATTR_SETNAME2, temporary.name))
+            body = request_body(spec.name, string(ATTR_SETNAME2, temporary.name))
             try:
                 self._request(nfipset.IPSET_CMD_SWAP, body)
             except OSError as error:
-                raise IPSetError(
-                    error.errno or 0, f"replace set {spec.name}: {error.strerror}"
-                ) from None
+                raise _failed(f"replace set {spec.name}", error) from None
         finally:
             self.destroy(temporary.name)

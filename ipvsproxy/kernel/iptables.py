@@ -6,8 +6,10 @@ same restore text. Both share everything above those two calls, so the fake test
 
 A restore writes nothing when the kernel already holds exactly our chains and jumps. The
 kernel prints some rules differently from how they were written (``--or-mark`` comes back as
-``--set-xmark``, ``! -s`` moves first), so a rule set counts as held when the kernel shows
-either its own rendering or what it read back right after we last wrote that same rule set.
+``--set-xmark``, ``! -s`` moves first), so rules compare in the form iptables-save prints
+(``canonical``), and a rule set also counts as held when the kernel shows what it read back
+right after we last wrote that same rule set: a form ``canonical`` does not know costs one
+write per process, never one per sync.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables_text import (
     Rule,
     Tables,
+    canonical,
     is_builtin,
     parse_save,
     render_rule,
@@ -81,6 +84,18 @@ def _jump_targets(ruleset: IptablesRuleset, table: str) -> frozenset[str]:
     return frozenset(ruleset.chains.get(table, {})) | named
 
 
+def _same(held: tuple[Rule, ...] | None, wanted: tuple[Rule, ...] | None) -> bool:
+    if held is None or wanted is None:
+        return held is wanted
+    return [canonical(rule) for rule in held] == [canonical(rule) for rule in wanted]
+
+
+def _holds(held: _View, wanted: _View) -> bool:
+    return all(_same(held.chains[key], rules) for key, rules in wanted.chains.items()) and all(
+        _same(held.jumps[key], rules) for key, rules in wanted.jumps.items()
+    )
+
+
 def _desired(ruleset: IptablesRuleset) -> _View:
     jumps: dict[tuple[str, str], tuple[Rule, ...]] = {}
     for jump in ruleset.jumps:
@@ -119,7 +134,7 @@ def _restore_text(ruleset: IptablesRuleset, held: _View, expected: _View) -> str
     for table in tables:
         lines = [f":{chain} - [0:0]" for chain in ruleset.chains.get(table, {})]
         for (jump_table, chain), rules in expected.jumps.items():
-            if jump_table != table or held.jumps[jump_table, chain] == rules:
+            if jump_table != table or _same(held.jumps[jump_table, chain], rules):
                 continue
             lines += [f"-D {chain} {render_rule(rule)}" for rule in held.jumps[table, chain]]
             wanted = _desired(ruleset).jumps[table, chain]
@@ -169,7 +184,7 @@ class _Iptables:
         held = _held(self._tables(family), ruleset, desired)
         written = self._written.get(family)
         expected = written[1] if written is not None and written[0] == desired else desired
-        if held in (desired, expected):
+        if _holds(held, desired) or _holds(held, expected):
             return False
         self.netfilter.restore(family, _restore_text(ruleset, held, expected))
         self._written[family] = (desired, _held(self._tables(family), ruleset, desired))

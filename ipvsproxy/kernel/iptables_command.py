@@ -2,7 +2,9 @@
 
 The backend is chosen as kubernetes-sigs/iptables-wrappers chooses it, so we write into the
 same tables as kubelet: the flavour holding kubelet's hint chains, else the one holding more
-rules, else nft; a flavour whose save fails (no nf_tables in the kernel) is never chosen.
+rules, else nft. A flavour that cannot write a nat chain is never chosen: with nf_tables
+loaded but no nft nat support (the lab kernel), iptables-nft-save works and every
+iptables-nft-restore fails.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ipvsproxy.model import IPFamily
 BACKENDS = ("nft", "legacy")
 HINT_CHAINS = (":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY ")
 PROBE_TIMEOUT_SECONDS = 10
+PROBE_CHAIN = "IPVSPROXY-PROBE"
 _FAILED_LINE = re.compile(r"line:? (\d+)")
 
 
@@ -30,9 +33,9 @@ class Probe:
     rule_lines: int = 0
 
 
-def probe_of(saved: list[str | None]) -> Probe:
+def probe_of(saved: list[str | None], nat_writable: bool) -> Probe:
     """``saved``: each family's save output, None where the save failed."""
-    if not saved or saved[0] is None:
+    if not saved or saved[0] is None or not nat_writable:
         return Probe(works=False)
     lines = [line for text in saved if text for line in text.splitlines()]
     return Probe(
@@ -72,11 +75,11 @@ def _run(command: list[str], text: str = "", timeout: float | None = None) -> st
     except subprocess.TimeoutExpired:
         raise IptablesError(f"{command[0]} did not finish in {timeout} s") from None
     if done.returncode != 0:
-        raise IptablesError(f"{command[0]} failed: {_refusal(done.stderr, text)}")
+        raise IptablesError(f"{command[0]} failed: {refusal(done.stderr, text)}")
     return done.stdout
 
 
-def _refusal(stderr: str, text: str) -> str:
+def refusal(stderr: str, text: str) -> str:
     """iptables' complaint in one line, with the input line it names."""
     said = [line.strip() for line in stderr.splitlines() if line.strip()]
     said = [line for line in said if not line.startswith("Try `")] or ["no message"]
@@ -94,13 +97,26 @@ def _saved_or_none(command: list[str]) -> str | None:
         return None
 
 
+def _nat_writable(backend: str) -> bool:
+    """Create and delete a chain in one commit: nothing stays, but the nat table must work."""
+    try:
+        _run(
+            [binary(backend, IPFamily.IPV4, "restore"), "--noflush", "--wait"],
+            f"*nat\n:{PROBE_CHAIN} - [0:0]\n-X {PROBE_CHAIN}\nCOMMIT\n",
+            timeout=PROBE_TIMEOUT_SECONDS,
+        )
+    except IptablesError:
+        return False
+    return True
+
+
+def _probe(backend: str) -> Probe:
+    saved = [_saved_or_none([binary(backend, family, "save")]) for family in IPFamily]
+    return probe_of(saved, saved[0] is not None and _nat_writable(backend))
+
+
 def detect_backend() -> str:
-    return choose_backend(
-        {
-            backend: probe_of([_saved_or_none([binary(backend, f, "save")]) for f in IPFamily])
-            for backend in BACKENDS
-        }
-    )
+    return choose_backend({backend: _probe(backend) for backend in BACKENDS})
 
 
 class CommandNetfilter:

@@ -88,3 +88,39 @@ def render_save(tables: Mapping[str, Mapping[str, Sequence[Rule]]]) -> str:
 
 def table_block(table: str, lines: Iterable[str]) -> str:
     return "".join(f"{line}\n" for line in (f"*{table}", *lines, "COMMIT"))
+
+
+_HEADER_OPTIONS = ("-s", "-d", "-i", "-o", "-p")
+_NEGATED_HEADERS = {(option,) for option in _HEADER_OPTIONS}
+_MARK_OPTIONS = {"--or-mark": "{0}/{0}", "--xor-mark": "{0}/0x0", "--set-mark": "{0}/0xffffffff"}
+
+
+def _host_prefix(address: str) -> str:
+    if "/" in address:
+        return address
+    return f"{address}/128" if ":" in address else f"{address}/32"
+
+
+def canonical(rule: Rule) -> Rule:
+    """A rule as iptables-save prints it back: header matches (-s -d -i -o -p) first, in
+    that order, addresses with their prefix length, and MARK's shorthands as --set-xmark."""
+    header: dict[str, Rule] = {}
+    rest: list[str] = []
+    index = 0
+    while index < len(rule):
+        negated = rule[index] == "!" and rule[index + 1 : index + 2] in _NEGATED_HEADERS
+        option = rule[index + 1] if negated else rule[index]
+        if option in _HEADER_OPTIONS and index + 1 + negated < len(rule):
+            value = rule[index + 1 + negated]
+            value = _host_prefix(value) if option in {"-s", "-d"} else value
+            header[option] = ("!", option, value) if negated else (option, value)
+            index += 2 + negated
+            continue
+        rest.append(rule[index])
+        index += 1
+    if "MARK" in rest and rest[rest.index("MARK") - 1] in {"-j", "--jump"}:
+        for shorthand, form in _MARK_OPTIONS.items():
+            if shorthand in rest[:-1]:
+                at = rest.index(shorthand)
+                rest[at : at + 2] = ["--set-xmark", form.format(hex(int(rest[at + 1], 0)))]
+    return (*(part for o in _HEADER_OPTIONS for part in header.get(o, ())), *rest)

@@ -26,15 +26,16 @@ def _flows(family: str, protocol: Protocol) -> tuple[VirtualServerKey, Flow, Flo
     )
 
 
+@pytest.mark.parametrize("protocol", [Protocol.UDP, Protocol.SCTP])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deletes_exactly_the_flows_of_one_endpoint(
-    conntrack: FakeConntrack | NetlinkConntrack, family: str
+    conntrack: FakeConntrack | NetlinkConntrack, family: str, protocol: Protocol
 ) -> None:
-    service, gone, staying = _flows(family, Protocol.UDP)
+    service, gone, staying = _flows(family, protocol)
     conntrack.add_flow(gone)
     conntrack.add_flow(staying)
 
-    assert conntrack.delete_entries(Protocol.UDP, service, gone.endpoint) == 1
+    assert conntrack.delete_entries(protocol, service, gone.endpoint) == 1
 
     flows = conntrack.flows()
     assert gone not in flows

@@ -1,0 +1,172 @@
+"""The ipset netlink protocol (what ipset(8) speaks): attributes in, entries out.
+
+Attribute numbers come from pyroute2's ipset message classes; requests are encoded here by
+hand, as for IPVS, so thousands of entries cost little to encode.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+
+from pyroute2.netlink.nfnetlink import ipset as nfipset
+
+from ipvsproxy.kernel.ipset_entries import Entry
+from ipvsproxy.kernel.ipvs import IP_PROTOCOLS as L4_PROTOCOLS
+from ipvsproxy.kernel.netlink import (
+    NLA_F_NESTED,
+    NLA_F_NET_BYTEORDER,
+    NLMSG_HEADER,
+    attribute,
+    attributes,
+)
+from ipvsproxy.model import IPFamily, IPSetSpec
+
+# kube-proxy's defaults (pkg/proxy/ipvs/ipset): every hash set, and the bitmap:port range.
+HASH_SIZE = 1024
+MAX_ELEMENTS = 65536
+PORT_RANGE = (0, 65535)
+IPSET_PROTOCOL = 7
+NFNETLINK_V0 = 0
+NFGEN_HEADER_SIZE = 4
+NFPROTO_UNSPEC, NFPROTO_IPV4, NFPROTO_IPV6 = 0, 2, 10
+NFPROTO_BY_FAMILY = {IPFamily.IPV4: NFPROTO_IPV4, IPFamily.IPV6: NFPROTO_IPV6}
+# ipset(8) names protocols in lower case.
+IP_PROTOCOLS = {protocol.lower(): number for protocol, number in L4_PROTOCOLS.items()}
+PROTOCOL_NAMES = {
+    **{number: name for name, number in IP_PROTOCOLS.items()},
+    socket.IPPROTO_ICMP: "icmp",
+    socket.IPPROTO_ICMPV6: "icmpv6",
+}
+
+
+def _attribute_numbers() -> dict[str, int]:
+    """Attribute name -> number, as pyroute2's ipset message classes define them."""
+    message = nfipset.ipset_msg
+    numbers = {entry[0]: index for index, entry in enumerate(message.nla_map)}
+    for nested in (message.ipset_generic.adt_data, message.cadt_data, nfipset.ipset_base.ipset_ip):
+        for index, entry in enumerate(nested.nla_map):
+            if isinstance(entry[0], int):
+                numbers.setdefault(entry[1], entry[0])
+            else:
+                numbers.setdefault(entry[0], index)
+    return numbers
+
+
+ATTR = _attribute_numbers()
+# Swapping names the second set where other commands carry the type name.
+ATTR_SETNAME2 = ATTR["IPSET_ATTR_TYPENAME"]
+
+
+def u8(kind: str, value: int) -> bytes:
+    return attribute(ATTR[kind], struct.pack("=B", value))
+
+
+def be16(kind: str, value: int) -> bytes:
+    return attribute(ATTR[kind] | NLA_F_NET_BYTEORDER, struct.pack(">H", value))
+
+
+def be32(kind: str, value: int) -> bytes:
+    return attribute(ATTR[kind] | NLA_F_NET_BYTEORDER, struct.pack(">I", value))
+
+
+def string(kind: int, value: str) -> bytes:
+    return attribute(kind, value.encode() + b"\0")
+
+
+def nested(kind: str, *children: bytes) -> bytes:
+    return attribute(ATTR[kind] | NLA_F_NESTED, b"".join(children))
+
+
+def ip_attribute(kind: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
+    inner = "IPSET_ATTR_IPADDR_IPV4" if address.version == 4 else "IPSET_ATTR_IPADDR_IPV6"
+    return nested(kind, attribute(ATTR[inner] | NLA_F_NET_BYTEORDER, address.packed))
+
+
+def entry_data(entry: Entry) -> bytes:
+    parts = []
+    if entry.address is not None:
+        parts.append(ip_attribute("IPSET_ATTR_IP", entry.address))
+    if entry.port is not None:
+        parts.append(be16("IPSET_ATTR_PORT", entry.port))
+    if entry.protocol is not None:
+        parts.append(u8("IPSET_ATTR_PROTO", IP_PROTOCOLS[entry.protocol]))
+    if entry.address2 is not None:
+        parts.append(ip_attribute("IPSET_ATTR_IP2", entry.address2))
+    if entry.prefix2 is not None:
+        parts.append(u8("IPSET_ATTR_CIDR2", entry.prefix2))
+    return nested("IPSET_ATTR_DATA", *parts)
+
+
+def _format_ip(payload: bytes, prefix: int | None) -> str:
+    (_, value), *_ = attributes(payload)
+    address = ipaddress.ip_address(value)
+    return str(address) if prefix in (None, address.max_prefixlen) else f"{address}/{prefix}"
+
+
+def format_entry(data: bytes) -> str:
+    """An entry the kernel listed, in ipset(8) syntax."""
+    fields = dict(attributes(data))
+    cidr = fields.get(ATTR["IPSET_ATTR_CIDR"])
+    cidr2 = fields.get(ATTR["IPSET_ATTR_CIDR2"])
+    parts = []
+    if ATTR["IPSET_ATTR_IP"] in fields:
+        parts.append(_format_ip(fields[ATTR["IPSET_ATTR_IP"]], cidr[0] if cidr else None))
+    if ATTR["IPSET_ATTR_PORT"] in fields:
+        (port,) = struct.unpack(">H", fields[ATTR["IPSET_ATTR_PORT"]])
+        protocol = fields.get(ATTR["IPSET_ATTR_PROTO"])
+        if protocol is None:
+            parts.append(str(port))
+        else:
+            parts.append(f"{PROTOCOL_NAMES.get(protocol[0], str(protocol[0]))}:{port}")
+    if ATTR["IPSET_ATTR_IP2"] in fields:
+        parts.append(_format_ip(fields[ATTR["IPSET_ATTR_IP2"]], cidr2[0] if cidr2 else None))
+    if ATTR["IPSET_ATTR_NAME"] in fields:
+        parts.append(fields[ATTR["IPSET_ATTR_NAME"]].rstrip(b"\0").decode())
+    return ",".join(parts)
+
+
+def request_body(name: str | None, *attrs: bytes) -> bytes:
+    """The nfnetlink header, protocol version and set name every ipset request starts with."""
+    header = struct.pack("=BBH", NFPROTO_UNSPEC, NFNETLINK_V0, 0)
+    setname = b"" if name is None else string(ATTR["IPSET_ATTR_SETNAME"], name)
+    return header + u8("IPSET_ATTR_PROTOCOL", IPSET_PROTOCOL) + setname + b"".join(attrs)
+
+
+def reply_attributes(message: bytes) -> dict[int, bytes]:
+    """The top-level attributes of a reply, after its netlink and nfnetlink headers."""
+    return dict(attributes(message, NLMSG_HEADER.size + NFGEN_HEADER_SIZE))
+
+
+def decode_text(payload: bytes) -> str:
+    return payload.rstrip(b"\0").decode()
+
+
+def reply_spec(fields: dict[int, bytes]) -> IPSetSpec:
+    """A set's name, type and family from a reply that carries its header."""
+    nfproto = fields[ATTR["IPSET_ATTR_FAMILY"]][0]
+    return IPSetSpec(
+        decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]]),
+        decode_text(fields[ATTR["IPSET_ATTR_TYPENAME"]]),
+        IPFamily.IPV6 if nfproto == NFPROTO_IPV6 else IPFamily.IPV4,
+    )
+
+
+def nfproto(spec: IPSetSpec) -> int:
+    return NFPROTO_UNSPEC if spec.set_type == "bitmap:port" else NFPROTO_BY_FAMILY[spec.family]
+
+
+def create_data(set_type: str) -> bytes:
+    """The creation options kube-proxy gives a set of this type."""
+    if set_type == "bitmap:port":
+        return nested(
+            "IPSET_ATTR_DATA",
+            be16("IPSET_ATTR_PORT", PORT_RANGE[0]),
+            be16("IPSET_ATTR_PORT_TO", PORT_RANGE[1]),
+        )
+    return nested(
+        "IPSET_ATTR_DATA",
+        be32("IPSET_ATTR_HASHSIZE", HASH_SIZE),
+        be32("IPSET_ATTR_MAXELEM", MAX_ELEMENTS),
+    )
