@@ -226,5 +226,4 @@ def test_a_set_someone_else_still_uses_fails_alone_and_is_retried() -> None:
     assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
     assert set(machine.ipsets.list_sets()) == {"my-allowlist", "KUBE-CLUSTER-IP"}
 
-    machine.ipsets.release("KUBE-CLUSTER-IP")
-    assert machine.cleanup() == CleanupReport(removed=("removed ipset KUBE-CLUSTER-IP",))
+    assert plan_cleanup(machine.observed()) == CleanupPlan(ipsets=("KUBE-CLUSTER-IP",))
