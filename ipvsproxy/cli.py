@@ -39,6 +39,9 @@ class _OneLineErrors(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.format_message(), err=True)
+            sys.exit(error.exit_code)
         except click.ClickException as error:
             click.echo(f"ipvsproxy: {error.format_message()}", err=True)
             sys.exit(error.exit_code)

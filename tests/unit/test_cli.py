@@ -174,3 +174,10 @@ def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatc
     assert result.output == (
         "ipvsproxy: ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS\n"
     )
+
+
+def test_no_command_prints_the_help_unprefixed() -> None:
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 2
+    assert result.output.startswith("Usage: ")
+    assert "  sync " in result.output
