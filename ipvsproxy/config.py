@@ -282,7 +282,12 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
-    hostname = (values.get("hostnameOverride") or "").strip().lower()
+    raw_hostname = values.get("hostnameOverride", "")
+    hostname = raw_hostname.strip().lower()
+    if raw_hostname and not hostname:
+        raise ConfigError(
+            f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
+        )
     kubeconfig = values.get("clientConnection.kubeconfig")
     settings = Settings(
         scheduler=scheduler,

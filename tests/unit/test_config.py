@@ -226,6 +226,7 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
         ("--ipvs-exclude-cidrs", "10.0.0.0/8,bogus", "--ipvs-exclude-cidrs bogus: not a CIDR"),
         ("--nodeport-addresses", "primary", "--nodeport-addresses primary: 'primary' is not"),
         ("--ipvs-scheduler", "x", "--ipvs-scheduler 'x' is not one of"),
+        ("--hostname-override", "  ", "--hostname-override '  ': an empty name is invalid"),
     ],
 )
 def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: str, message: str) -> None:
