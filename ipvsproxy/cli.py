@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import socket
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.model import SCHEDULERS
+from ipvsproxy.config import ConfigError, ProxyConfig, resolve
+from ipvsproxy.kernel.addresses import NetlinkAddresses
+from ipvsproxy.kernel.ipsets import NetlinkIPSets
+from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.model import DesiredState, IPVSTable, ObjectKey
+from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.render import plan_json, plan_text
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.show import build_view, view_json, view_text
+from ipvsproxy.translate import translate
 
 USAGE_EXIT = 2
 
@@ -24,7 +33,23 @@ def _not_implemented(command: str) -> NoReturn:
     _fail(f"{command}: not implemented yet")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """click's own usage errors, in one line like ours, rather than usage text plus error."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.format_message(), err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(f"ipvsproxy: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            sys.exit(1)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ipvsproxy")
 def main() -> None:
     """A Kubernetes service proxy that programs the Linux kernel's IPVS load balancer."""
@@ -41,46 +66,85 @@ def _fail(message: str) -> NoReturn:
     sys.exit(USAGE_EXIT)
 
 
+_PROXY_FLAGS = (
+    click.option("--config", "config_file", type=click.Path(path_type=Path), metavar="FILE",
+                 help="A KubeProxyConfiguration file; it replaces the flags below, as in "
+                 "kube-proxy, except --hostname-override."),
+    click.option("--kubeconfig", help="Path to a kubeconfig file with authorization information."),
+    click.option("--master", default="", help="The API server address (overrides the kubeconfig)."),
+    click.option("--hostname-override", help="The name of this node [default: the host name]."),
+    click.option(
+        "--source",
+        type=click.Path(exists=True, path_type=Path),
+        help="Read Services, EndpointSlices and Nodes from manifest files instead of the API.",
+    ),
+    click.option("--ipvs-scheduler", help="The default IPVS scheduler [default: rr]."),
+    click.option("--ipvs-strict-arp", type=click.BOOL, is_flag=False, flag_value=True,
+                 help="Set arp_ignore=1 and arp_announce=2."),
+    click.option("--ipvs-exclude-cidrs", metavar="CIDRS",
+                 help="Comma-separated CIDRs whose virtual servers are never touched."),
+    click.option("--masquerade-all", type=click.BOOL, is_flag=False, flag_value=True,
+                 help="SNAT all traffic sent to Service cluster IPs."),
+    click.option("--cluster-cidr", metavar="CIDRS",
+                 help="The pods' CIDR, or a comma-separated dual-stack pair."),
+    click.option("--nodeport-addresses", metavar="CIDRS",
+                 help="Comma-separated CIDRs of the node addresses that serve NodePorts."),
+)  # fmt: skip
+
+
+def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_PROXY_FLAGS):
+        command = option(command)
+    return click.pass_context(command)
+
+
+def _resolve_config(ctx: click.Context) -> ProxyConfig:
+    """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
+    flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
+    explicit = [
+        flag
+        for flag, name in zip(flags, ctx.params, strict=True)
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
+    try:
+        resolved = resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+    except ConfigError as error:
+        _fail(str(error))
+    for warning in resolved.warnings:
+        click.echo(f"ipvsproxy: warning: {warning}", err=True)
+    return resolved.config
+
+
+def _desired_state(source: Path, config: ProxyConfig) -> DesiredState:
+    try:
+        snapshot, rejections = load_snapshot(source, config.hostname)
+    except SourceError as error:
+        _fail(str(error))
+    desired = translate(snapshot, config.settings)
+    return replace(desired, rejections=(*rejections, *desired.rejections))
+
+
+_output_option = click.option(
+    "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+
+
 @main.command()
 @click.option("--once", is_flag=True, help="Reconcile once and exit.")
-@click.option(
-    "--source",
-    type=click.Path(exists=True, path_type=Path),
-    help="Read Services, EndpointSlices and Nodes from manifest files instead of the API.",
-)
-@click.option(
-    "--hostname-override",
-    default=lambda: socket.gethostname().lower(),
-    show_default="the host name",
-    help="The name of this node, as kube-proxy's flag.",
-)
-@click.option("--ipvs-scheduler", default="rr", show_default=True, help="Default scheduler.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def sync(
-    *,
-    once: bool,
-    source: Path | None,
-    hostname_override: str,
-    ipvs_scheduler: str,
-    dry_run: bool,
-    output: str,
-) -> None:
+@_output_option
+@_proxy_options
+def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: object) -> None:
     """Reconcile the kernel's IPVS state with the cluster."""
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
+    config = _resolve_config(ctx)
+    source: Path | None = ctx.params["source"]
     if source is None:
         _fail("reading the cluster from the API server is not implemented yet; use --source PATH")
     if not dry_run:
         _fail("applying a plan to the kernel is not implemented yet; use --dry-run")
-    if ipvs_scheduler not in SCHEDULERS:
-        _fail(f"--ipvs-scheduler {ipvs_scheduler!r} is not one of {', '.join(sorted(SCHEDULERS))}")
-    try:
-        snapshot, rejections = load_snapshot(source, hostname_override)
-    except SourceError as error:
-        _fail(str(error))
-    desired = translate(snapshot, Settings(scheduler=ipvs_scheduler))
-    desired = replace(desired, rejections=(*rejections, *desired.rejections))
+    desired = _desired_state(source, config)
     ops = plan_ipvs(desired, {}, owned_addresses(desired, ()))
     if output == "json":
         click.echo(plan_json(ops, desired))
@@ -93,11 +157,54 @@ def sync(
 
 @main.command()
 def cleanup() -> None:
-    """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else."""
-    _not_implemented("cleanup")
+    """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else.
+
+    Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
+    """
+    _check_preconditions()
+    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
+        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    for line in report.removed:
+        click.echo(line)
+    for line in report.failed:
+        click.echo(f"ipvsproxy: {line}", err=True)
+    sys.exit(1 if report.failed else 0)
+
+
+def _check_preconditions() -> None:
+    try:
+        check_ipvs()
+    except PreconditionError as error:
+        _fail(str(error))
+
+
+def _service_filter(text: str | None) -> ObjectKey | None:
+    if text is None:
+        return None
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        _fail(f"{text!r} is not NAMESPACE/NAME")
+    return ObjectKey(namespace, name)
+
+
+def _kernel_ipvs_table() -> IPVSTable:
+    _check_preconditions()
+    with NetlinkIPVS() as ipvs:
+        return ipvs.dump()
 
 
 @main.command()
-def show() -> None:
-    """Show the live kernel state in Kubernetes terms."""
-    _not_implemented("show")
+@click.argument("service", required=False, metavar="[NAMESPACE/NAME]")
+@_output_option
+@_proxy_options
+def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -> None:
+    """Show the live kernel state in Kubernetes terms.
+
+    Service names come from --source (the API later); without one, the kernel's table alone.
+    """
+    only = _service_filter(service)
+    config = _resolve_config(ctx)
+    source: Path | None = ctx.params["source"]
+    desired = _desired_state(source, config) if source else None
+    view = build_view(_kernel_ipvs_table(), desired, only)
+    click.echo(view_json(view) if output == "json" else view_text(view))

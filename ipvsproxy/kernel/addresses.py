@@ -68,6 +68,13 @@ class NetlinkAddresses:
             for message in self._route.get_addr(index=index)
         )
 
+    def all_addresses(self) -> frozenset[IPAddress]:
+        # IFA_LOCAL is the interface's own address where IFA_ADDRESS is a point-to-point peer.
+        return frozenset(
+            ipaddress.ip_address(message.get_attr("IFA_LOCAL") or message.get_attr("IFA_ADDRESS"))
+            for message in self._route.get_addr()
+        )
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult:
         index = self._index(name)
         if index is None:
@@ -109,6 +116,9 @@ class FakeAddresses:
 
     def addresses(self, name: str) -> frozenset[IPAddress]:
         return frozenset(self._interfaces.get(name, ()))
+
+    def all_addresses(self) -> frozenset[IPAddress]:
+        return frozenset().union(*self._interfaces.values())
 
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult:
         bound = self._interfaces.get(name)

@@ -48,6 +48,10 @@ class AddressKernel(Protocol):
 
     def addresses(self, name: str) -> frozenset[IPAddress]: ...
 
+    def all_addresses(self) -> frozenset[IPAddress]:
+        """Every address on every interface: the node's own and kube-ipvs0's alike."""
+        ...
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 
@@ -68,8 +72,11 @@ class IPSetKernel(Protocol):
 
 
 class IptablesKernel(Protocol):
-    def restore(self, ruleset: IptablesRuleset) -> None:
-        """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them."""
+    def restore(self, ruleset: IptablesRuleset) -> bool:
+        """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them.
+
+        True when it wrote; False when the kernel already held exactly these chains and jumps.
+        """
         ...
 
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:

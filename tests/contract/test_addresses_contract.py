@@ -59,3 +59,15 @@ def test_delete_interface_removes_it_and_its_addresses(addresses: AddressKernel)
 
     assert not addresses.interface_exists(TEST_INTERFACE)
     assert addresses.apply(TEST_INTERFACE, [BindAddress(V4)])[0] is not None
+
+
+def test_all_addresses_include_every_interface(addresses: AddressKernel) -> None:
+    addresses.ensure_interface(TEST_INTERFACE)
+    assert V4 not in addresses.all_addresses()
+
+    addresses.apply(TEST_INTERFACE, [BindAddress(V4), BindAddress(V6)])
+    assert {V4, V6} <= addresses.all_addresses()
+
+    addresses.apply(TEST_INTERFACE, [UnbindAddress(V4)])
+    assert V4 not in addresses.all_addresses()
+    assert V6 in addresses.all_addresses()

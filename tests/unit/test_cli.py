@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import json
+from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from ipvsproxy import __version__
+from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
+from ipvsproxy.kernel.preconditions import PreconditionError
+from ipvsproxy.model import ClusterSnapshot, DesiredState
+from ipvsproxy.translate import Settings, translate
 
 
 def test_version_is_the_package_version() -> None:
@@ -74,3 +78,106 @@ def test_unparseable_source_exits_2_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["sync", "--once", "--dry-run", "--source", str(broken)])
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1
+
+
+def _sync(*args: str) -> list[str]:
+    return ["sync", "--once", "--dry-run", "--source", EXAMPLE, "--output", "json", *args]
+
+
+def test_config_file_settings_reach_the_plan(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+        "hostnameOverride: node-a\nipvs:\n  scheduler: wlc\n"
+    )
+    result = CliRunner().invoke(main, _sync("--config", str(config)))
+    assert result.exit_code == 0, result.output
+    texts = [op["text"] for op in json.loads(result.stdout)["operations"]]
+    assert "+ UDP 10.96.0.10:53 wlc  (kube-system/kube-dns:dns, ClusterIP)" in texts
+
+
+def test_flags_the_config_file_overrides_are_named_in_a_warning(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+    )
+    args = _sync("--config", str(config), "--ipvs-scheduler", "wlc", "--hostname-override", "a")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "ipvsproxy: warning: --ipvs-scheduler is ignored because --config is given,"
+        " as kube-proxy does\n"
+    )
+    texts = [op["text"] for op in json.loads(result.stdout)["operations"]]
+    assert "+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)" in texts
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster-cidr", "10.0.0.0/33"], "ipvsproxy: --cluster-cidr 10.0.0.0/33: not a CIDR"),
+        (["--ipvs-exclude-cidrs", "x"], "ipvsproxy: --ipvs-exclude-cidrs x: not a CIDR"),
+        (["--config", "/nonexistent.yaml"], "ipvsproxy: --config /nonexistent.yaml: No such file"),
+        (["--masquerade-all=maybe"], "'maybe' is not a valid boolean"),
+    ],
+)
+def test_bad_proxy_flags_exit_2_in_one_line(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, _sync(*args))
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], Settings()),
+        (["--masquerade-all", "--ipvs-strict-arp"], Settings(masquerade_all=True, strict_arp=True)),
+        (["--masquerade-all=false", "--ipvs-strict-arp=true"], Settings(strict_arp=True)),
+        (
+            ["--cluster-cidr", "10.244.0.0/16,fd00::/56", "--ipvs-exclude-cidrs", "10.9.0.0/16"],
+            Settings(
+                cluster_cidr=(ip_network("10.244.0.0/16"), ip_network("fd00::/56")),
+                exclude_cidrs=(ip_network("10.9.0.0/16"),),
+            ),
+        ),
+        (
+            ["--nodeport-addresses", "192.168.0.0/16", "--ipvs-scheduler", "sh"],
+            Settings(scheduler="sh", nodeport_addresses=(ip_network("192.168.0.0/16"),)),
+        ),
+    ],
+)
+def test_flags_reach_translate_as_settings(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], expected: Settings
+) -> None:
+    seen: list[Settings] = []
+
+    def recording(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
+        seen.append(settings)
+        return translate(snapshot, settings)
+
+    monkeypatch.setattr(cli, "translate", recording)
+    result = CliRunner().invoke(main, _sync(*args))
+    assert result.exit_code == 0, result.output
+    assert seen == [expected]
+
+
+def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_root() -> None:
+        raise PreconditionError(
+            "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
+        )
+
+    monkeypatch.setattr(cli, "check_ipvs", not_root)
+    result = CliRunner().invoke(main, ["cleanup"])
+    assert result.exit_code == 2
+    assert result.output == (
+        "ipvsproxy: ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS\n"
+    )
+
+
+def test_no_command_prints_the_help_unprefixed() -> None:
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 2
+    assert result.output.startswith("Usage: ")
+    assert "  sync " in result.output

@@ -1,0 +1,311 @@
+"""The proxy's configuration: kube-proxy's KubeProxyConfiguration file merged with its flags.
+
+kube-proxy's rules, kept here (cmd/kube-proxy/app/options.go):
+
+* With ``--config``, the file replaces the flags wholesale; only ``--hostname-override``
+  (and logging flags, which we do not have) still win over it. Flags that lose are reported
+  as warnings, since kube-proxy drops them silently and that surprises people.
+* The file is decoded strictly first and, for v1alpha1, leniently when that fails: an unknown
+  field is logged and ignored, not fatal. A wrong apiVersion, kind or value type is fatal.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
+from ipvsproxy.translate.settings import Settings
+
+API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
+KIND = "KubeProxyConfiguration"
+
+# File field -> (flag that sets the same thing, or None; YAML type it must have).
+# "duration" is Go's time.Duration text ("30s", "1m30s"); "cidrs" a comma-separated string.
+FIELDS: Mapping[str, tuple[str | None, str]] = {
+    "hostnameOverride": ("--hostname-override", "str"),
+    "clientConnection.kubeconfig": ("--kubeconfig", "str"),
+    "mode": (None, "str"),
+    "clusterCIDR": ("--cluster-cidr", "str"),
+    "detectLocalMode": (None, "str"),
+    "nodePortAddresses": ("--nodeport-addresses", "list"),
+    "healthzBindAddress": (None, "str"),
+    "metricsBindAddress": (None, "str"),
+    "iptables.masqueradeAll": ("--masquerade-all", "bool"),
+    "ipvs.scheduler": ("--ipvs-scheduler", "str"),
+    "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
+    "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
+    "ipvs.syncPeriod": (None, "duration"),
+    "ipvs.minSyncPeriod": (None, "duration"),
+}
+
+# kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
+IGNORED_FIELDS = frozenset(
+    {
+        "featureGates",
+        "clientConnection.acceptContentTypes",
+        "clientConnection.contentType",
+        "clientConnection.qps",
+        "clientConnection.burst",
+        "logging",
+        "bindAddress",
+        "bindAddressHardFail",
+        "enableProfiling",
+        "showHiddenMetricsForVersion",
+        "iptables.masqueradeBit",
+        "iptables.localhostNodePorts",
+        "iptables.snatNodeInternalIP",
+        "iptables.syncPeriod",
+        "iptables.minSyncPeriod",
+        "ipvs.tcpTimeout",
+        "ipvs.tcpFinTimeout",
+        "ipvs.udpTimeout",
+        "nftables",
+        "winkernel",
+        "detectLocal",
+        "oomScoreAdj",
+        "conntrack",
+        "configSyncPeriod",
+        "portRange",
+        "windowsRunAsService",
+    }
+)
+
+# Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
+FLAGS_OVER_FILE = frozenset({"--hostname-override"})
+
+DEFAULTS: Mapping[str, Any] = {
+    "ipvs.scheduler": "rr",
+    "ipvs.syncPeriod": "30s",
+    "ipvs.minSyncPeriod": "0s",
+    "healthzBindAddress": "0.0.0.0:10256",
+    "metricsBindAddress": "127.0.0.1:10249",
+    "detectLocalMode": "ClusterCIDR",
+}
+
+_STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the flag or field, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Everything the commands need from flags and file, typed and validated."""
+
+    settings: Settings
+    hostname: str
+    kubeconfig: Path | None = None
+    master: str = ""
+    sync_period: float = 30.0  # seconds
+    min_sync_period: float = 0.0
+    healthz_bind_address: str = "0.0.0.0:10256"
+    metrics_bind_address: str = "127.0.0.1:10249"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    config: ProxyConfig
+    warnings: tuple[str, ...] = ()
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.Duration syntax, as metav1.Duration reads it; seconds."""
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    if body == "0":
+        return 0.0
+    parts = _DURATION.findall(body)
+    if not parts or "".join(number + unit for number, unit in parts) != body:
+        raise ValueError(text)
+    return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def _network(text: str) -> IPNetwork:
+    # kube-proxy accepts host bits set (Go's net.ParseCIDR), so strict=False.
+    if "/" not in text:
+        raise ValueError(text)
+    return ipaddress.ip_network(text, strict=False)
+
+
+def parse_cidrs(values: str | list[str], label: str) -> tuple[IPNetwork, ...]:
+    items = values.split(",") if isinstance(values, str) else values
+    networks: list[IPNetwork] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            networks.append(_network(text))
+        except ValueError:
+            raise ConfigError(f"{label} {text}: not a CIDR") from None
+    return tuple(networks)
+
+
+def _cluster_cidrs(value: str, label: str) -> tuple[IPNetwork, ...]:
+    cidrs = parse_cidrs(value, label)
+    if len(cidrs) > len(IPFamily) or len({IPFamily.of(c) for c in cidrs}) != len(cidrs):
+        raise ConfigError(f"{label} {value}: at most one CIDR per IP family (a dual-stack pair)")
+    return cidrs
+
+
+def _nodeport_addresses(values: list[str], label: str) -> tuple[IPNetwork, ...]:
+    # "all" is kube-proxy's IPVS default (every node address), which an empty filter means.
+    texts = [v.strip() for v in values if v.strip()]
+    if texts == ["all"]:
+        return ()
+    keywords = sorted({v for v in texts if "/" not in v})
+    if keywords:
+        raise ConfigError(f"{label} {','.join(values)}: {keywords[0]!r} is not supported")
+    return parse_cidrs(values, label)
+
+
+def _check_type(path: str, value: Any, kind: str, label: str) -> Any:
+    expected: dict[str, type] = {"str": str, "duration": str, "bool": bool, "list": list}
+    if not isinstance(value, expected[kind]):
+        raise ConfigError(f"{label}: {path} must be a {kind}, not {value!r}")
+    if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{label}: {path} must be a list of strings, not {value!r}")
+    return value
+
+
+def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The fields of a KubeProxyConfiguration file we use, by dotted path, and warnings."""
+    label = f"--config {path}"
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{label}: {getattr(error, 'strerror', None) or error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{label}: not YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{label}: not a {KIND} object")
+    if document.get("apiVersion") != API_VERSION:
+        raise ConfigError(
+            f"{label}: apiVersion {document.get('apiVersion')!r} is not {API_VERSION}"
+        )
+    if document.get("kind") != KIND:
+        raise ConfigError(f"{label}: kind {document.get('kind')!r} is not {KIND}")
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    _collect(document, "", values, warnings, label)
+    return values, warnings
+
+
+def _collect(
+    mapping: dict[Any, Any], prefix: str, values: dict[str, Any], warnings: list[str], label: str
+) -> None:
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if not prefix and key in ("apiVersion", "kind"):
+            continue
+        if path in IGNORED_FIELDS or value is None:
+            continue
+        if path in FIELDS:
+            values[path] = _check_type(path, value, FIELDS[path][1], label)
+        elif path in _STRUCTS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{label}: {path} must be an object, not {value!r}")
+            _collect(value, f"{path}.", values, warnings, label)
+        else:
+            warnings.append(f"{label}: unknown field {path!r} ignored, as kube-proxy does")
+
+
+def _flag_values(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Command-line values keyed by file field; comma lists split as pflag's StringSlice does."""
+    values: dict[str, Any] = {}
+    for path, (flag, kind) in FIELDS.items():
+        if flag is None or flags.get(flag) is None:
+            continue
+        value = flags[flag]
+        values[path] = [v for v in value.split(",") if v] if kind == "list" else value
+    return values
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    explicit: Collection[str],
+    config_file: Path | None = None,
+    master: str = "",
+) -> Resolved:
+    """Merge flags (by flag name, e.g. ``"--cluster-cidr"``) with the file as kube-proxy does.
+
+    ``explicit`` names the flags given on the command line (not defaulted).
+    """
+    given = _flag_values({flag: flags.get(flag) for flag in explicit})
+    from_file: dict[str, Any] = {}
+    warnings: list[str] = []
+    if config_file is not None:
+        from_file, warnings = read_config_file(config_file)
+        for path in sorted(given):
+            flag = FIELDS[path][0]
+            if flag not in FLAGS_OVER_FILE:
+                del given[path]
+                warnings.append(f"{flag} is ignored because --config is given, as kube-proxy does")
+    values = {**from_file, **given}
+    origin = {
+        path: f"--config {config_file}: {path}"
+        if path in from_file and path not in given
+        else FIELDS[path][0] or path
+        for path in FIELDS
+    }
+    # As kube-proxy's defaulting: an empty value in the file means the default.
+    merged = {**DEFAULTS, **values}
+    merged.update({path: DEFAULTS[path] for path in DEFAULTS if merged[path] == ""})
+    return Resolved(_build(merged, origin, master), tuple(warnings))
+
+
+def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
+    mode = values.get("mode", "")
+    if mode not in ("", "ipvs"):
+        raise ConfigError(f"{origin['mode']} {mode!r}: ipvsproxy only implements the ipvs mode")
+    detect = values["detectLocalMode"]
+    if detect not in ("", "ClusterCIDR"):
+        raise ConfigError(f"{origin['detectLocalMode']} {detect!r}: only ClusterCIDR is supported")
+    scheduler = values["ipvs.scheduler"]
+    if scheduler not in SCHEDULERS:
+        known = ", ".join(sorted(SCHEDULERS))
+        raise ConfigError(f"{origin['ipvs.scheduler']} {scheduler!r} is not one of {known}")
+    periods = {}
+    for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
+        try:
+            periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
+        except ValueError:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+    raw_hostname = values.get("hostnameOverride", "")
+    hostname = raw_hostname.strip().lower()
+    if raw_hostname and not hostname:
+        raise ConfigError(
+            f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
+        )
+    kubeconfig = values.get("clientConnection.kubeconfig")
+    settings = Settings(
+        scheduler=scheduler,
+        nodeport_addresses=_nodeport_addresses(
+            values.get("nodePortAddresses", []), origin["nodePortAddresses"]
+        ),
+        masquerade_all=bool(values.get("iptables.masqueradeAll", False)),
+        cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
+        exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
+        strict_arp=bool(values.get("ipvs.strictARP", False)),
+    )
+    return ProxyConfig(
+        settings=settings,
+        hostname=hostname or socket.gethostname().lower(),
+        kubeconfig=Path(kubeconfig) if kubeconfig else None,
+        master=master,
+        sync_period=periods["ipvs.syncPeriod"],
+        min_sync_period=periods["ipvs.minSyncPeriod"],
+        healthz_bind_address=values["healthzBindAddress"],
+        metrics_bind_address=values["metricsBindAddress"],
+    )

@@ -1,0 +1,206 @@
+"""``ipvsproxy cleanup``: remove what ipvsproxy or kube-proxy's IPVS mode made, nothing else.
+
+Unlike kube-proxy's cleanup, which flushes the whole IPVS table, ownership is decided from the
+kernel alone, without the cluster:
+
+* a virtual server on an address of kube-ipvs0 is a service address we bound, and so is one
+  whose address, protocol and port are in our service-address ipsets (kube-ipvs0 may be gone);
+* a virtual server on another address of this node is a NodePort when its protocol and port
+  are members of our NodePort ipsets (read before those sets go);
+* our iptables chains (and the jumps to them), then our ipsets (they cannot go while a rule
+  refers to them), then kube-ipvs0 itself.
+
+The planner is pure; the executor applies a plan and reports one line per object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from types import MappingProxyType
+
+from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
+from ipvsproxy.model import (
+    DeleteVirtualServer,
+    IPAddress,
+    IPFamily,
+    IPSetContent,
+    IPVSTable,
+    Protocol,
+    VirtualServerKey,
+)
+from ipvsproxy.translate.ipsets import SETS, set_name
+
+DUMMY_INTERFACE = "kube-ipvs0"
+
+# Sets kube-proxy's IPVS mode makes (now or in past releases) that ipvsproxy does not.
+KUBE_PROXY_ONLY_SETS = (
+    "KUBE-LOAD-BALANCER-FW",
+    "KUBE-LOAD-BALANCER-SOURCE-IP",
+    "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+    "KUBE-LOAD-BALANCER-MASQ",
+    "KUBE-IPVS-IPS",
+)
+
+OUR_SETS = frozenset(
+    set_name(base, family) for base in (*SETS, *KUBE_PROXY_ONLY_SETS) for family in IPFamily
+)
+
+# NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
+# hash:ip,port ("192.168.10.11,sctp:30080").
+_NODE_PORT_SETS: Mapping[Protocol, tuple[str, ...]] = {
+    Protocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
+    Protocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
+    Protocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
+}
+
+# Sets of "address,protocol:port" entries, one per service address's virtual server.
+_SERVICE_ADDRESS_SETS = ("KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-LOAD-BALANCER")
+
+Chains = Mapping[str, frozenset[str]]  # table -> chain names
+IPSets = Mapping[str, IPSetContent]
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedState:
+    """What cleanup reads from the kernel before it removes anything."""
+
+    ipvs: IPVSTable
+    dummy_addresses: frozenset[IPAddress]
+    dummy_exists: bool
+    node_addresses: frozenset[IPAddress]
+    ipsets: IPSets
+    chains: Mapping[IPFamily, Chains]
+    # What could not be read (e.g. no ip6tables): reported as failed, the rest still goes.
+    unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupPlan:
+    virtual_servers: tuple[VirtualServerKey, ...] = ()
+    chains: Mapping[IPFamily, Chains] = field(default_factory=lambda: MappingProxyType({}))
+    ipsets: tuple[str, ...] = ()
+    delete_interface: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.virtual_servers or self.chains or self.ipsets or self.delete_interface)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupReport:
+    """One line per object: "removed ..." or "could not remove ...: reason"."""
+
+    removed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
+def observe(
+    ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
+) -> ObservedState:
+    chains: dict[IPFamily, Chains] = {}
+    unreadable: list[str] = []
+    for family in IPFamily:
+        try:
+            chains[family] = iptables.our_chains(family)
+        except Exception as error:  # as in _attempt: each layer raises its own errors
+            unreadable.append(f"could not read {family} iptables chains: {_reason(error)}")
+    return ObservedState(
+        ipvs=ipvs.dump(),
+        dummy_addresses=addresses.addresses(DUMMY_INTERFACE),
+        dummy_exists=addresses.interface_exists(DUMMY_INTERFACE),
+        node_addresses=addresses.all_addresses(),
+        ipsets=ipsets.list_sets(),
+        chains=chains,
+        unreadable=tuple(unreadable),
+    )
+
+
+def _ip_port(key: VirtualServerKey) -> str:
+    return f"{key.address},{key.protocol.value.lower()}:{key.port}"
+
+
+def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSets) -> bool:
+    names = (set_name(base, IPFamily.of(key.address)) for base in bases)
+    return any(entry in sets[name].entries for name in names if name in sets)
+
+
+def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
+    entry = _ip_port(key) if key.protocol is Protocol.SCTP else str(key.port)
+    return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
+
+
+def plan_cleanup(observed: ObservedState) -> CleanupPlan:
+    def ours(key: VirtualServerKey) -> bool:
+        if key.address in observed.dummy_addresses:
+            return True
+        if _in_sets(_ip_port(key), _SERVICE_ADDRESS_SETS, key, observed.ipsets):
+            return True
+        return key.address in observed.node_addresses and _is_node_port(key, observed.ipsets)
+
+    return CleanupPlan(
+        virtual_servers=tuple(
+            sorted((key for key in observed.ipvs if ours(key)), key=VirtualServerKey.sort_key)
+        ),
+        chains={
+            family: {table: names for table, names in chains.items() if names}
+            for family, chains in observed.chains.items()
+            if any(chains.values())
+        },
+        ipsets=tuple(sorted(name for name in observed.ipsets if name in OUR_SETS)),
+        delete_interface=observed.dummy_exists,
+    )
+
+
+def _reason(error: Exception) -> str:
+    # str(OSError) prefixes "[Errno N]", which says nothing to a reader.
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+
+
+def _attempt(action: Callable[[], None], what: str, removed: list[str], failed: list[str]) -> None:
+    try:
+        action()
+    # Best effort across kernel layers that each raise their own errors (OSError, pyroute2's
+    # NetlinkError, iptables-restore failures): every failure is one line, the rest goes on.
+    except Exception as error:
+        failed.append(f"could not remove {what}: {_reason(error)}")
+    else:
+        removed.append(f"removed {what}")
+
+
+def execute_cleanup(
+    plan: CleanupPlan,
+    ipvs: IPVSKernel,
+    addresses: AddressKernel,
+    ipsets: IPSetKernel,
+    iptables: IptablesKernel,
+) -> CleanupReport:
+    removed: list[str] = []
+    failed: list[str] = []
+    results = ipvs.apply([DeleteVirtualServer(key) for key in plan.virtual_servers])
+    for key, result in zip(plan.virtual_servers, results, strict=True):
+        if result is None:
+            removed.append(f"removed virtual server {key}")
+        else:
+            failed.append(f"could not remove virtual server {key}: {result.message}")
+    for family, chains in plan.chains.items():
+        names = ", ".join(
+            f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
+        )
+        what = f"{family} iptables chains {names}"
+        _attempt(partial(iptables.remove, family, chains), what, removed, failed)
+    for name in plan.ipsets:
+        _attempt(partial(ipsets.destroy, name), f"ipset {name}", removed, failed)
+    if plan.delete_interface:
+        what = f"interface {DUMMY_INTERFACE}"
+        _attempt(partial(addresses.delete_interface, DUMMY_INTERFACE), what, removed, failed)
+    return CleanupReport(tuple(removed), tuple(failed))
+
+
+def remove_leftovers(
+    ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
+) -> CleanupReport:
+    """Observe, plan and remove: what ``ipvsproxy cleanup`` does."""
+    observed = observe(ipvs, addresses, ipsets, iptables)
+    report = execute_cleanup(plan_cleanup(observed), ipvs, addresses, ipsets, iptables)
+    return CleanupReport(report.removed, (*observed.unreadable, *report.failed))

@@ -1,0 +1,78 @@
+"""On the real kernel: backend detection, and translate's own rule set written once.
+
+IPv4 only: translate names one IPv6 set KUBE-6-NODE-PORT-LOCAL-SCTP-HASH, one character over
+ipset's 31, so the kernel cannot hold the sets the IPv6 rules match.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.iptables_command import binary, detect_backend
+from ipvsproxy.kernel.iptables_text import Rule, is_builtin, parse_save
+from ipvsproxy.model import IPFamily, IptablesRuleset
+from ipvsproxy.translate import Settings
+from ipvsproxy.translate.iptables import build_iptables
+
+
+def _sets_matched(ruleset: IptablesRuleset) -> set[str]:
+    return {
+        rule[rule.index("--match-set") + 1]
+        for chains in ruleset.chains.values()
+        for rules in chains.values()
+        for rule in rules
+        if "--match-set" in rule
+    }
+
+
+def _content(saved: str) -> dict[tuple[str, str], list[Rule]]:
+    """Every rule and user chain; a table the kernel has not set up yet holds neither."""
+    return {
+        (table, chain): rules
+        for table, chains in parse_save(saved).items()
+        for chain, rules in chains.items()
+        if rules or not is_builtin(table, chain)
+    }
+
+
+@pytest.fixture
+def ruleset() -> Iterator[IptablesRuleset]:
+    settings = Settings(cluster_cidr=(ipaddress.ip_network("10.244.0.0/16"),))
+    ruleset = next(r for r in build_iptables(settings) if r.family is IPFamily.IPV4)
+    kernel = IptablesRestore()
+    saved = kernel.netfilter.save(IPFamily.IPV4)
+    for name in _sets_matched(ruleset):
+        # Three dimensions take every flag count the rules use (dst, dst,dst, dst,dst,src).
+        subprocess.run(["ipset", "create", name, "hash:ip,port,ip", "-exist"], check=True)
+    try:
+        yield ruleset
+    finally:
+        kernel.remove(IPFamily.IPV4, kernel.our_chains(IPFamily.IPV4))
+        assert _content(kernel.netfilter.save(IPFamily.IPV4)) == _content(saved)
+        for name in _sets_matched(ruleset):
+            subprocess.run(["ipset", "destroy", name], check=True)
+
+
+def test_detection_picks_legacy_where_nft_cannot_write_nat() -> None:
+    assert detect_backend() == "legacy"
+    done = subprocess.run([binary("nft", IPFamily.IPV4, "save")], capture_output=True, check=False)
+    assert done.returncode != 0
+
+
+def test_translates_ruleset_is_written_once_and_then_held(ruleset: IptablesRuleset) -> None:
+    kernel = IptablesRestore()
+
+    assert kernel.restore(ruleset) is True
+    assert kernel.restore(ruleset) is False
+
+
+def test_a_new_process_holds_translates_ruleset_without_writing(ruleset: IptablesRuleset) -> None:
+    """The kernel prints --or-mark and a trailing ! -s its own way; they still compare equal."""
+    assert IptablesRestore().restore(ruleset) is True
+
+    assert IptablesRestore().restore(ruleset) is False

@@ -1,0 +1,229 @@
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.kernel.addresses import FakeAddresses
+from ipvsproxy.kernel.ipsets import FakeIPSets
+from ipvsproxy.kernel.iptables import FakeIptables
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.model import (
+    AddVirtualServer,
+    BindAddress,
+    DesiredState,
+    IPFamily,
+    IPSetContent,
+    IPSetSpec,
+    Protocol,
+    VirtualServer,
+    VirtualServerKey,
+    VirtualServerState,
+)
+from ipvsproxy.reconcile.cleanup import (
+    DUMMY_INTERFACE,
+    OUR_SETS,
+    CleanupPlan,
+    CleanupReport,
+    ObservedState,
+    plan_cleanup,
+    remove_leftovers,
+)
+from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.translate import Settings, translate
+
+NODE_IP = ipaddress.ip_address("192.168.10.11")
+NODE_IP6 = ipaddress.ip_address("fd00:192::11")
+FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+# A firewall of someone else's that also sends packets through a chain before ours.
+FOREIGN_RULES = """*filter
+:MY-FIREWALL - [0:0]
+-A INPUT -j MY-FIREWALL
+-A MY-FIREWALL -s 10.0.0.1/32 -j ACCEPT
+COMMIT
+"""
+FOREIGN_SET = IPSetContent(IPSetSpec("my-allowlist", "hash:ip"), frozenset({"10.0.0.1"}))
+
+
+def _desired() -> DesiredState:
+    snapshot, _ = load_snapshot(Path("examples/cluster.yaml"), "node-a")
+    return translate(snapshot, Settings())
+
+
+class Machine:
+    """A node as ipvsproxy left it (from the example cluster), plus things that are not ours."""
+
+    def __init__(self, desired: DesiredState) -> None:
+        self.ipvs = FakeIPVS()
+        self.addresses = FakeAddresses()
+        self.ipsets = FakeIPSets()
+        self.ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())))
+        self.ipvs.apply(
+            [AddVirtualServer(VirtualServer(k)) for k in (FOREIGN_ON_NODE, FOREIGN_ELSEWHERE)]
+        )
+        self.addresses.ensure_interface(DUMMY_INTERFACE)
+        self.addresses.apply(DUMMY_INTERFACE, [BindAddress(a) for a in desired.bound_addresses])
+        self.addresses.ensure_interface("eth0")
+        self.addresses.apply("eth0", [BindAddress(NODE_IP), BindAddress(NODE_IP6)])
+        for content in desired.ipsets.values():
+            self.ipsets.replace(content)
+        self.ipsets.replace(FOREIGN_SET)
+        self.iptables = FakeIptables(ipset_names=lambda: set(self.ipsets.list_sets()))
+        for ruleset in desired.iptables:
+            self.iptables.restore(ruleset)
+        self.iptables.netfilter.restore(IPFamily.IPV4, FOREIGN_RULES)
+
+    def cleanup(self) -> CleanupReport:
+        return remove_leftovers(self.ipvs, self.addresses, self.ipsets, self.iptables)
+
+    def observed(
+        self, chains: dict[IPFamily, dict[str, frozenset[str]]] | None = None
+    ) -> ObservedState:
+        return ObservedState(
+            ipvs=self.ipvs.dump(),
+            dummy_addresses=self.addresses.addresses(DUMMY_INTERFACE),
+            dummy_exists=self.addresses.interface_exists(DUMMY_INTERFACE),
+            node_addresses=self.addresses.all_addresses(),
+            ipsets=self.ipsets.list_sets(),
+            chains=chains or {},
+        )
+
+
+def test_every_virtual_server_we_made_is_planned_and_foreign_ones_are_not() -> None:
+    desired = _desired()
+    plan = plan_cleanup(Machine(desired).observed())
+    assert set(plan.virtual_servers) == set(desired.virtual_servers)
+    assert FOREIGN_ON_NODE not in plan.virtual_servers
+    assert FOREIGN_ELSEWHERE not in plan.virtual_servers
+
+
+def test_node_ports_are_recognised_by_their_ipset_membership_per_protocol_and_family() -> None:
+    sets = {
+        "KUBE-NODE-PORT-UDP": IPSetContent(
+            IPSetSpec("KUBE-NODE-PORT-UDP", "bitmap:port"), frozenset({"30053"})
+        ),
+        "KUBE-6-NODE-PORT-LOCAL-TCP": IPSetContent(
+            IPSetSpec("KUBE-6-NODE-PORT-LOCAL-TCP", "bitmap:port"), frozenset({"30443"})
+        ),
+        "KUBE-NODE-PORT-SCTP-HASH": IPSetContent(
+            IPSetSpec("KUBE-NODE-PORT-SCTP-HASH", "hash:ip,port"),
+            frozenset({"192.168.10.11,sctp:30132"}),
+        ),
+    }
+    ours = [
+        VirtualServerKey(Protocol.UDP, NODE_IP, 30053),
+        VirtualServerKey(Protocol.TCP, NODE_IP6, 30443),
+        VirtualServerKey(Protocol.SCTP, NODE_IP, 30132),
+    ]
+    not_ours = [
+        VirtualServerKey(Protocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
+        VirtualServerKey(Protocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
+        VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053),  # not local
+    ]
+    observed = ObservedState(
+        ipvs={key: _state(key) for key in (*ours, *not_ours)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP, NODE_IP6}),
+        ipsets=sets,
+        chains={},
+    )
+    assert set(plan_cleanup(observed).virtual_servers) == set(ours)
+
+
+def _state(key: VirtualServerKey) -> VirtualServerState:
+    return VirtualServerState(VirtualServer(key), {})
+
+
+def test_our_sets_of_both_families_go_and_others_stay() -> None:
+    machine = Machine(_desired())
+    machine.ipsets.replace(
+        IPSetContent(IPSetSpec("KUBE-6-LOAD-BALANCER-FW", "hash:ip,port", IPFamily.IPV6))
+    )
+    plan = plan_cleanup(machine.observed())
+    assert "my-allowlist" not in plan.ipsets
+    assert set(plan.ipsets) == set(machine.ipsets.list_sets()) - {"my-allowlist"}
+    assert {"KUBE-CLUSTER-IP", "KUBE-6-CLUSTER-IP", "KUBE-6-LOAD-BALANCER-FW"} <= set(plan.ipsets)
+    assert set(plan.ipsets) <= OUR_SETS
+
+
+def test_chains_are_planned_per_family_and_empty_tables_dropped() -> None:
+    nothing: frozenset[str] = frozenset()
+    chains = {
+        IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"}), "filter": nothing},
+        IPFamily.IPV6: {"nat": nothing, "filter": nothing},
+    }
+    plan = plan_cleanup(Machine(_desired()).observed(chains))
+    assert plan.chains == {IPFamily.IPV4: {"nat": frozenset({"KUBE-SERVICES"})}}
+    assert plan.delete_interface
+
+
+def test_a_clean_machine_plans_nothing() -> None:
+    observed = ObservedState(
+        ipvs={FOREIGN_ELSEWHERE: _state(FOREIGN_ELSEWHERE)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP}),
+        ipsets={"my-allowlist": FOREIGN_SET},
+        chains={IPFamily.IPV4: {"nat": frozenset()}},
+    )
+    plan = plan_cleanup(observed)
+    assert plan == CleanupPlan()
+    assert not plan
+
+
+def test_service_addresses_in_our_sets_are_ours_even_when_kube_ipvs0_is_gone() -> None:
+    desired = _desired()
+    machine = Machine(desired)
+    machine.addresses.delete_interface(DUMMY_INTERFACE)
+    plan = plan_cleanup(machine.observed())
+    assert set(plan.virtual_servers) == set(desired.virtual_servers)
+    assert not plan.delete_interface
+
+
+def test_cleanup_removes_ours_in_order_and_leaves_the_rest() -> None:
+    desired = _desired()
+    machine = Machine(desired)
+    report = machine.cleanup()
+
+    assert report.failed == ()
+    assert len([line for line in report.removed if "virtual server" in line]) == 8
+    assert report.removed[8:10] == (
+        "removed IPv4 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
+        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
+        "removed IPv6 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
+        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
+    )
+    assert "removed ipset KUBE-6-CLUSTER-IP" in report.removed
+    assert report.removed[-1] == "removed interface kube-ipvs0"
+
+    assert set(machine.ipvs.dump()) == {FOREIGN_ON_NODE, FOREIGN_ELSEWHERE}
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+    assert machine.addresses.addresses("eth0") == {NODE_IP, NODE_IP6}
+    assert set(machine.ipsets.list_sets()) == {"my-allowlist"}
+    for family in IPFamily:
+        assert machine.iptables.our_chains(family) == {}
+    saved = machine.iptables.netfilter.save(IPFamily.IPV4)
+    assert "-A INPUT -j MY-FIREWALL" in saved
+    assert "-A MY-FIREWALL -s 10.0.0.1/32 -j ACCEPT" in saved
+
+
+def test_a_second_cleanup_does_nothing_and_reports_nothing() -> None:
+    machine = Machine(_desired())
+    machine.cleanup()
+    assert machine.cleanup() == CleanupReport()
+
+
+def test_a_set_someone_else_still_uses_fails_alone_and_is_retried() -> None:
+    machine = Machine(_desired())
+    machine.ipsets.hold("KUBE-CLUSTER-IP")
+    report = machine.cleanup()
+    assert report.failed == (
+        "could not remove ipset KUBE-CLUSTER-IP: cannot destroy set "
+        "KUBE-CLUSTER-IP: the set is in use by a kernel component (an iptables rule?)",
+    )
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+    assert set(machine.ipsets.list_sets()) == {"my-allowlist", "KUBE-CLUSTER-IP"}
+
+    assert plan_cleanup(machine.observed()) == CleanupPlan(ipsets=("KUBE-CLUSTER-IP",))

@@ -1,0 +1,254 @@
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipvsproxy.config import (
+    API_VERSION,
+    FIELDS,
+    IGNORED_FIELDS,
+    KIND,
+    ConfigError,
+    ProxyConfig,
+    parse_duration,
+    resolve,
+)
+
+HEADER = f"apiVersion: {API_VERSION}\nkind: {KIND}\n"
+
+
+def _file(tmp_path: Path, body: str, header: str = HEADER) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(header + body)
+    return path
+
+
+def _from_file(tmp_path: Path, body: str) -> ProxyConfig:
+    return resolve({}, (), _file(tmp_path, body)).config
+
+
+def _from_flags(**flags: Any) -> ProxyConfig:
+    named = {f"--{name.replace('_', '-')}": value for name, value in flags.items()}
+    return resolve(named, list(named)).config
+
+
+def net(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(text)
+
+
+# (file body, flags, attribute path on ProxyConfig, expected value)
+FIELD_CASES: list[tuple[str, dict[str, Any], str, Any]] = [
+    ("hostnameOverride: Node-A", {"hostname_override": "Node-A"}, "hostname", "node-a"),
+    (
+        "clientConnection:\n  kubeconfig: /etc/kube/proxy.conf",
+        {"kubeconfig": "/etc/kube/proxy.conf"},
+        "kubeconfig",
+        Path("/etc/kube/proxy.conf"),
+    ),
+    (
+        "clusterCIDR: 10.244.0.0/16,fd00:10:244::/56",
+        {"cluster_cidr": "10.244.0.0/16,fd00:10:244::/56"},
+        "settings.cluster_cidr",
+        (net("10.244.0.0/16"), net("fd00:10:244::/56")),
+    ),
+    ("ipvs:\n  scheduler: wlc", {"ipvs_scheduler": "wlc"}, "settings.scheduler", "wlc"),
+    (
+        "ipvs:\n  excludeCIDRs: [192.168.0.0/16, 10.1.0.0/24]",
+        {"ipvs_exclude_cidrs": "192.168.0.0/16,10.1.0.0/24"},
+        "settings.exclude_cidrs",
+        (net("192.168.0.0/16"), net("10.1.0.0/24")),
+    ),
+    ("ipvs:\n  strictARP: true", {"ipvs_strict_arp": True}, "settings.strict_arp", True),
+    ("iptables:\n  masqueradeAll: true", {"masquerade_all": True}, "settings.masquerade_all", True),
+    (
+        "nodePortAddresses: [10.0.0.0/8]",
+        {"nodeport_addresses": "10.0.0.0/8"},
+        "settings.nodeport_addresses",
+        (net("10.0.0.0/8"),),
+    ),
+    ("nodePortAddresses: [all]", {"nodeport_addresses": "all"}, "settings.nodeport_addresses", ()),
+]
+
+FILE_ONLY_CASES: list[tuple[str, str, Any]] = [
+    ("ipvs:\n  syncPeriod: 1m30s", "sync_period", 90.0),
+    ("ipvs:\n  minSyncPeriod: 500ms", "min_sync_period", 0.5),
+    ("healthzBindAddress: 127.0.0.1:10256", "healthz_bind_address", "127.0.0.1:10256"),
+    ("metricsBindAddress: 0.0.0.0:10249", "metrics_bind_address", "0.0.0.0:10249"),
+    ("mode: ipvs", "settings.scheduler", "rr"),
+    ('mode: ""', "settings.scheduler", "rr"),
+    ("detectLocalMode: ClusterCIDR", "settings.scheduler", "rr"),
+    ('ipvs:\n  scheduler: ""', "settings.scheduler", "rr"),
+    ("ipvs:\n  excludeCIDRs: null", "settings.exclude_cidrs", ()),
+    ("ipvs:\n  syncPeriod: 0s", "sync_period", 30.0),
+    ('healthzBindAddress: ""', "healthz_bind_address", "0.0.0.0:10256"),
+]
+
+
+def _attribute(config: ProxyConfig, path: str) -> Any:
+    value: Any = config
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
+
+
+@pytest.mark.parametrize(("body", "flags", "attribute", "expected"), FIELD_CASES)
+def test_each_field_reads_the_same_from_file_and_flag(
+    tmp_path: Path, body: str, flags: dict[str, Any], attribute: str, expected: Any
+) -> None:
+    assert _attribute(_from_file(tmp_path, body), attribute) == expected
+    assert _attribute(_from_flags(**flags), attribute) == expected
+
+
+@pytest.mark.parametrize(("body", "attribute", "expected"), FILE_ONLY_CASES)
+def test_file_only_fields(tmp_path: Path, body: str, attribute: str, expected: Any) -> None:
+    assert _attribute(_from_file(tmp_path, body), attribute) == expected
+
+
+def test_defaults_are_kube_proxys() -> None:
+    config = resolve({}, ()).config
+    assert config.settings.scheduler == "rr"
+    assert config.hostname == socket.gethostname().lower()
+    assert (config.sync_period, config.min_sync_period) == (30.0, 0.0)
+    assert config.healthz_bind_address == "0.0.0.0:10256"
+    assert config.metrics_bind_address == "127.0.0.1:10249"
+    assert config.kubeconfig is None
+    assert not config.settings.masquerade_all
+    assert not config.settings.strict_arp
+
+
+def test_flags_not_given_explicitly_do_not_count() -> None:
+    config = resolve({"--ipvs-scheduler": "wlc"}, ()).config
+    assert config.settings.scheduler == "rr"
+
+
+def test_hostname_override_flag_wins_over_the_file(tmp_path: Path) -> None:
+    path = _file(tmp_path, "hostnameOverride: from-file\n")
+    resolved = resolve({"--hostname-override": "From-Flag"}, ["--hostname-override"], path)
+    assert resolved.config.hostname == "from-flag"
+    assert resolved.warnings == ()
+
+
+def test_other_flags_lose_to_the_file_with_a_warning(tmp_path: Path) -> None:
+    path = _file(tmp_path, "ipvs:\n  scheduler: sh\n")
+    flags = {"--ipvs-scheduler": "wlc", "--masquerade-all": True}
+    resolved = resolve(flags, list(flags), path)
+    assert resolved.config.settings.scheduler == "sh"
+    assert not resolved.config.settings.masquerade_all
+    assert resolved.warnings == (
+        "--masquerade-all is ignored because --config is given, as kube-proxy does",
+        "--ipvs-scheduler is ignored because --config is given, as kube-proxy does",
+    )
+
+
+def test_master_always_comes_from_the_flag(tmp_path: Path) -> None:
+    assert resolve({}, (), _file(tmp_path, ""), "https://10.0.0.1:6443").config.master == (
+        "https://10.0.0.1:6443"
+    )
+
+
+def test_unknown_fields_are_ignored_with_one_warning_each(tmp_path: Path) -> None:
+    path = _file(tmp_path, "ipvs:\n  schedular: wlc\nfancy: 1\n")
+    resolved = resolve({}, (), path)
+    assert resolved.config.settings.scheduler == "rr"
+    assert resolved.warnings == (
+        f"--config {path}: unknown field 'ipvs.schedular' ignored, as kube-proxy does",
+        f"--config {path}: unknown field 'fancy' ignored, as kube-proxy does",
+    )
+
+
+def test_fields_kube_proxy_has_and_we_do_not_use_are_accepted_silently(tmp_path: Path) -> None:
+    body = (
+        "bindAddress: 0.0.0.0\nfeatureGates: {SomeGate: true}\noomScoreAdj: -999\n"
+        "conntrack:\n  maxPerCore: 32768\n  min: 131072\n"
+        "iptables:\n  masqueradeBit: 14\n  syncPeriod: 30s\n"
+        "ipvs:\n  tcpTimeout: 0s\nlogging:\n  verbosity: 2\nwinkernel: {}\n"
+    )
+    assert resolve({}, (), _file(tmp_path, body)).warnings == ()
+
+
+def test_ignored_and_used_fields_do_not_overlap() -> None:
+    assert not IGNORED_FIELDS & FIELDS.keys()
+
+
+@pytest.mark.parametrize(
+    ("header", "body", "message"),
+    [
+        (
+            "apiVersion: kubeproxy.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n",
+            "",
+            "apiVersion 'kubeproxy.config.k8s.io/v1beta1' is not kubeproxy.config.k8s.io/v1alpha1",
+        ),
+        (f"apiVersion: {API_VERSION}\nkind: KubeletConfiguration\n", "", "kind 'Kubel"),
+        (f"kind: {KIND}\n", "", "apiVersion None is not"),
+        ("", "- a list", "not a KubeProxyConfiguration object"),
+        ("", "mode: [unclosed", "not YAML"),
+        (HEADER, "mode: iptables", "mode 'iptables': ipvsproxy only implements the ipvs mode"),
+        (HEADER, "ipvs:\n  strictARP: yes please", "ipvs.strictARP must be a bool"),
+        (HEADER, "ipvs: fast", "ipvs must be an object"),
+        (HEADER, "nodePortAddresses: 10.0.0.0/8", "nodePortAddresses must be a list"),
+        (HEADER, "ipvs:\n  scheduler: fastest", "ipvs.scheduler 'fastest' is not one of"),
+        (HEADER, "ipvs:\n  syncPeriod: 30", "ipvs.syncPeriod must be a duration"),
+        (HEADER, "ipvs:\n  syncPeriod: 30x", "ipvs.syncPeriod '30x': not a duration"),
+        (HEADER, "clusterCIDR: 10.0.0.0/33", "clusterCIDR 10.0.0.0/33: not a CIDR"),
+        (HEADER, "detectLocalMode: NodeCIDR", "'NodeCIDR': only ClusterCIDR is supported"),
+    ],
+)
+def test_bad_files_fail_in_one_line_naming_the_field(
+    tmp_path: Path, header: str, body: str, message: str
+) -> None:
+    path = _file(tmp_path, body, header)
+    with pytest.raises(ConfigError) as raised:
+        resolve({}, (), path)
+    assert str(raised.value).startswith(f"--config {path}: ")
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="No such file or directory"):
+        resolve({}, (), tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--cluster-cidr", "10.0.0.0/33", "--cluster-cidr 10.0.0.0/33: not a CIDR"),
+        ("--cluster-cidr", "10.0.0.1", "--cluster-cidr 10.0.0.1: not a CIDR"),
+        (
+            "--cluster-cidr",
+            "10.0.0.0/8,10.1.0.0/16",
+            "--cluster-cidr 10.0.0.0/8,10.1.0.0/16: at most one CIDR per IP family",
+        ),
+        ("--ipvs-exclude-cidrs", "10.0.0.0/8,bogus", "--ipvs-exclude-cidrs bogus: not a CIDR"),
+        ("--nodeport-addresses", "primary", "--nodeport-addresses primary: 'primary' is not"),
+        ("--ipvs-scheduler", "x", "--ipvs-scheduler 'x' is not one of"),
+        ("--hostname-override", "  ", "--hostname-override '  ': an empty name is invalid"),
+    ],
+)
+def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({flag: value}, [flag])
+    assert str(raised.value).startswith(message)
+
+
+def test_cidrs_with_host_bits_are_accepted_as_kube_proxy_does() -> None:
+    config = _from_flags(cluster_cidr="10.244.1.7/16")
+    assert config.settings.cluster_cidr == (net("10.244.0.0/16"),)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0.0), ("30s", 30.0), ("1h2m3s", 3723.0), ("1.5s", 1.5), ("250ms", 0.25), ("-1m", -60.0)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "s", "1d", "1s2", "1 s"])
+def test_not_go_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)

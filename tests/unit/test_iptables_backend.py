@@ -1,0 +1,72 @@
+"""Backend choice as iptables-wrappers makes it, and iptables' complaints in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.iptables_command import Probe, choose_backend, probe_of, refusal
+from ipvsproxy.kernel.iptables_text import IptablesError
+from ipvsproxy.model import IPFamily
+
+DOWN = Probe(works=False)
+
+
+@pytest.mark.parametrize(
+    ("nft", "legacy", "chosen"),
+    [
+        (Probe(True, hint_chains=1), Probe(True, rule_lines=50), "nft"),
+        (Probe(True, rule_lines=50), Probe(True, hint_chains=1), "legacy"),
+        (Probe(True, rule_lines=3), Probe(True, rule_lines=4), "legacy"),
+        (Probe(True, rule_lines=4), Probe(True, rule_lines=4), "nft"),
+        (Probe(True), Probe(True), "nft"),
+        (DOWN, Probe(True), "legacy"),
+        (Probe(True, rule_lines=1), DOWN, "nft"),
+        (DOWN, Probe(True, rule_lines=0), "legacy"),
+    ],
+)
+def test_choose_backend(nft: Probe, legacy: Probe, chosen: str) -> None:
+    assert choose_backend({"nft": nft, "legacy": legacy}) == chosen
+
+
+def test_no_working_backend_is_one_clear_error() -> None:
+    with pytest.raises(IptablesError, match="neither iptables-nft-save nor iptables-legacy-save"):
+        choose_backend({"nft": DOWN, "legacy": DOWN})
+
+
+def test_probe_counts_kubelet_hints_and_rules_over_both_families() -> None:
+    v4 = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n*nat\n-A PREROUTING -j ACCEPT\nCOMMIT\n"
+    v6 = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\n-A OUTPUT -j ACCEPT\n-A OUTPUT -j DROP\nCOMMIT\n"
+
+    assert probe_of([v4, v6], nat_writable=True) == Probe(True, hint_chains=2, rule_lines=3)
+    assert probe_of([v4, None], nat_writable=True) == Probe(True, hint_chains=1, rule_lines=1)
+
+
+@pytest.mark.parametrize(
+    ("saved", "nat_writable"), [([None, "*nat\nCOMMIT\n"], True), (["*nat\nCOMMIT\n"], False)]
+)
+def test_probe_of_a_backend_that_cannot_save_or_write_nat(
+    saved: list[str | None], nat_writable: bool
+) -> None:
+    assert probe_of(saved, nat_writable) == DOWN
+
+
+def test_refusal_is_one_line_naming_the_input_line() -> None:
+    stderr = (
+        "iptables-restore v1.8.9 (legacy): Set NOSET doesn't exist.\n\n"
+        "Error occurred at line: 2\nTry `iptables-restore -h' for more information.\n"
+    )
+
+    assert refusal(stderr, "*nat\n-A X -m set --match-set NOSET dst\nCOMMIT\n") == (
+        "iptables-restore v1.8.9 (legacy): Set NOSET doesn't exist.; Error occurred at line: 2; "
+        "input: -A X -m set --match-set NOSET dst"
+    )
+    assert refusal("iptables-restore: line 9 failed\n", "*nat\n") == (
+        "iptables-restore: line 9 failed"
+    )
+    assert refusal("", "") == "no message"
+
+
+def test_a_missing_binary_is_one_clear_error() -> None:
+    with pytest.raises(IptablesError, match=r"^iptables-nosuch-save is not installed"):
+        IptablesRestore(backend="nosuch").our_chains(IPFamily.IPV4)
