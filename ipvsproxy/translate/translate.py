@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
     AddressKind,
@@ -60,11 +62,51 @@ def _scheduler(service: Service, settings: Settings) -> str:
     return name
 
 
+_Parsed = tuple[IPAddress, IPFamily, int]
+
+
+class _AddressCache:
+    """Each endpoint address parsed once per translate, however many ports and slices name it.
+
+    IPv4 goes through inet_pton, several times cheaper than ipaddress's parser and accepting
+    exactly the same strings (four decimal octets, no leading zeros); anything else falls back
+    to ipaddress, which stays the judge of what is rejected.
+    """
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, _Parsed | None] = {}
+
+    def get(self, text: str) -> _Parsed | None:
+        """The address with its family and integer value, or None if it is not one."""
+        try:
+            return self._parsed[text]
+        except KeyError:
+            pass
+        address: IPAddress
+        try:
+            address = ipaddress.IPv4Address(socket.inet_pton(socket.AF_INET, text))
+        except (OSError, ValueError):
+            try:
+                address = ipaddress.ip_address(text)
+            except ValueError:
+                self._parsed[text] = None
+                return None
+        parsed = (address, IPFamily.of(address), int(address))
+        self._parsed[text] = parsed
+        return parsed
+
+
+# Candidates keyed by (address as int, port): hashing ints is far cheaper than hashing
+# RealServerKey (whose ipaddress hash formats a hex string), and within one family the key
+# sorts exactly as RealServerKey.sort_key does.
+_Candidates = dict[tuple[int, int], tuple[RealServerKey, Endpoint]]
+
+
 def _candidates(
-    port: ServicePort, slices: Iterable[EndpointSlice], family: IPFamily
-) -> dict[RealServerKey, Endpoint]:
+    port: ServicePort, slices: Iterable[EndpointSlice], family: IPFamily, cache: _AddressCache
+) -> _Candidates:
     """Endpoints of one family for one port, matched by port name; duplicates counted once."""
-    found: dict[RealServerKey, Endpoint] = {}
+    found: _Candidates = {}
     for endpoint_slice in slices:
         if _HANDLED_ADDRESS_TYPES.get(endpoint_slice.address_type) is not family:
             continue
@@ -79,12 +121,12 @@ def _candidates(
         if target is None:
             continue
         for endpoint in endpoint_slice.endpoints:
-            try:
-                address = ipaddress.ip_address(endpoint.addresses[0])
-            except ValueError:
+            parsed = cache.get(endpoint.addresses[0])
+            if parsed is None or parsed[1] is not family:
                 continue
-            if IPFamily.of(address) is family:
-                found.setdefault(RealServerKey(address, target), endpoint)
+            dedupe = (parsed[2], target)
+            if dedupe not in found:
+                found[dedupe] = (RealServerKey(parsed[0], target), endpoint)
     return found
 
 
@@ -99,25 +141,34 @@ def _zone_hints_apply(endpoints: Iterable[Endpoint], zone: str | None) -> bool:
 
 
 def _usable(
-    candidates: dict[RealServerKey, Endpoint],
+    candidates: _Candidates,
     node_name: str | None,
     local_only: bool,
     zone: str | None,
-) -> dict[RealServerKey, RealServer]:
+) -> dict[RealServerKey, Endpoint]:
     """Ready endpoints in scope; failing those, serving+terminating ones; never the rest."""
-    scoped = {
-        key: ep
-        for key, ep in candidates.items()
-        if not local_only or (node_name is not None and ep.node_name == node_name)
-    }
-    if not local_only and _zone_hints_apply(scoped.values(), zone):
-        scoped = {key: ep for key, ep in scoped.items() if zone in (ep.hints_for_zones or ())}
-    chosen = [key for key, ep in scoped.items() if ep.conditions.ready]
+    scoped = (
+        {
+            key: pair
+            for key, pair in candidates.items()
+            if node_name is not None and pair[1].node_name == node_name
+        }
+        if local_only
+        else candidates
+    )
+    if not local_only and _zone_hints_apply((ep for _, ep in scoped.values()), zone):
+        scoped = {
+            key: pair for key, pair in scoped.items() if zone in (pair[1].hints_for_zones or ())
+        }
+    chosen = [key for key, (_, ep) in scoped.items() if ep.conditions.ready]
     if not chosen:
         chosen = [
-            key for key, ep in scoped.items() if ep.conditions.serving and ep.conditions.terminating
+            key
+            for key, (_, ep) in scoped.items()
+            if ep.conditions.serving and ep.conditions.terminating
         ]
-    return {key: RealServer(key) for key in sorted(chosen, key=RealServerKey.sort_key)}
+    chosen.sort()
+    return dict(scoped[key] for key in chosen)
 
 
 def _node_addresses(snapshot: ClusterSnapshot, settings: Settings) -> list[IPAddress]:
@@ -142,6 +193,7 @@ def _service_servers(
     settings: Settings,
     node_addresses: list[IPAddress],
     *,
+    cache: _AddressCache,
     hairpin: dict[VirtualServerKey, frozenset[str]],
     local_external: set[VirtualServerKey],
 ) -> tuple[dict[VirtualServerKey, DesiredVirtualServer], set[IPAddress], set[IPAddress]]:
@@ -176,21 +228,32 @@ def _service_servers(
                 for ip in node_addresses
                 if IPFamily.of(ip) in families
             ]
-        candidates = {family: _candidates(port, slices, family) for family in families}
+        candidates = {family: _candidates(port, slices, family, cache) for family in families}
+        # The endpoint choice depends only on family and policy scope, not on the address:
+        # compute it once and share the frozen mapping between this port's virtual servers.
+        chosen: dict[
+            tuple[IPFamily, bool], tuple[Mapping[RealServerKey, RealServer], frozenset[str]]
+        ] = {}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            found = candidates.get(family, {})
-            reals = _usable(found, node_name, local_only, zone)
+            scope = (family, local_only)
+            if scope not in chosen:
+                usable = _usable(candidates.get(family, {}), node_name, local_only, zone)
+                chosen[scope] = (
+                    MappingProxyType({real: RealServer(real) for real in usable}),
+                    frozenset(
+                        str(real) for real, ep in usable.items() if ep.node_name == node_name
+                    ),
+                )
+            reals, on_this_node = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
             if kind is AddressKind.CLUSTER_IP:
-                hairpin[key] = frozenset(
-                    str(real) for real in reals if found[real].node_name == node_name
-                )
+                hairpin[key] = on_this_node
             elif local_only:
                 local_external.add(key)
             servers[key] = DesiredVirtualServer(
                 server=VirtualServer(key, scheduler, flags, timeout),
-                real_servers=MappingProxyType(reals),
+                real_servers=reals,
                 owner=owner,
                 kind=kind,
             )
@@ -198,6 +261,7 @@ def _service_servers(
     return servers, bound, nodes
 
 
+@without_cyclic_gc
 def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     slices_by_service: dict[ObjectKey, list[EndpointSlice]] = {}
     rejections: list[Rejection] = []
@@ -213,6 +277,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
     node_addresses = _node_addresses(snapshot, settings)
+    cache = _AddressCache()
     servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
     bound: set[IPAddress] = set()
     nodes: set[IPAddress] = set()
@@ -235,6 +300,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
                 snapshot,
                 settings,
                 node_addresses,
+                cache=cache,
                 hairpin=service_hairpin,
                 local_external=service_local,
             )
