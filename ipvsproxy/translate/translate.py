@@ -29,6 +29,7 @@ from ipvsproxy.model import (
     TrafficPolicy,
     VirtualServer,
     VirtualServerKey,
+    address_sort_key,
 )
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
@@ -95,7 +96,9 @@ def _node(snapshot: ClusterSnapshot, settings: Settings) -> _Node:
         primary.setdefault(IPFamily.of(address), address)
     # As kube-proxy's node address listing: never loopback, never IPv6 link-local.
     usable = [a for a in raw if not a.is_loopback and not (a.version == 6 and a.is_link_local)]
-    if settings.nodeport_addresses:
+    if settings.nodeport_primary:
+        usable = [a for a in usable if a in primary.values()]
+    elif settings.nodeport_addresses:
         usable = [a for a in usable if any(a in net for net in settings.nodeport_addresses)]
     return _Node(
         name=snapshot.node.name if snapshot.node is not None else None,
@@ -232,10 +235,28 @@ def _service_state(
                 owner=owner,
                 kind=kind,
             )
-            # An external or LB IP the node already has is served there, not bound again.
-            on_node = kind is AddressKind.NODE_PORT or address in node.addresses
+            # An external or LB IP the node already has is served there, not bound again;
+            # cluster IPs are always bound, as kube-proxy does.
+            on_node = kind is AddressKind.NODE_PORT or (
+                kind is not AddressKind.CLUSTER_IP and address in node.addresses
+            )
             (state.nodes if on_node else state.bound).add(address)
     return state
+
+
+def _drop_node_ports_on_bound_addresses(merged: _ServiceState, rejections: list[Rejection]) -> None:
+    """A node address that is also a service IP on kube-ipvs0 carries no NodePort."""
+    clash = merged.nodes & merged.bound
+    if not clash:
+        return
+    for key in [k for k, d in merged.servers.items() if d.kind is AddressKind.NODE_PORT]:
+        if key.address in clash:
+            del merged.servers[key]
+    merged.nodes -= clash
+    rejections += [
+        Rejection(f"Node address {address}", "it is a service IP on kube-ipvs0; no NodePort on it")
+        for address in sorted(clash, key=address_sort_key)
+    ]
 
 
 @without_cyclic_gc
@@ -290,6 +311,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             health_checks[key] = service.health_check_node_port
             for family in {IPFamily.of(vs.address) for vs in found.servers}:
                 health_check_ports[family].add(service.health_check_node_port)
+    _drop_node_ports_on_bound_addresses(merged, rejections)
     ipsets = build_ipsets(
         merged.servers,
         local_external=frozenset(merged.local_external),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import AddressKind, DesiredState, Protocol, ServiceFlags, VirtualServerKey
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 NODE = {
@@ -309,3 +309,49 @@ def test_health_check_node_port_only_for_local_load_balancers() -> None:
     spec = {"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}
     state = run([svc({"type": "NodePort", **spec}), svc({"type": "LoadBalancer", **spec}, "lb")])
     assert {key.name: port for key, port in state.health_check_node_ports.items()} == {"lb": 32000}
+
+
+NODE_PORT_SERVICE = svc(
+    {"type": "NodePort", "ports": [{"name": "p", "port": 80, "nodePort": 30001}]}
+)
+DUAL_NODE = NODE | {
+    "status": {
+        "addresses": [
+            {"type": "InternalIP", "address": "192.168.0.1"},
+            {"type": "ExternalIP", "address": "198.51.100.20"},
+            {"type": "InternalIP", "address": "fd00::10"},
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([], {"192.168.0.1", "198.51.100.20"}),
+        (["198.51.100.0/24"], {"198.51.100.20"}),
+        (["198.51.100.20/8", " 10.0.0.0/8"], {"198.51.100.20"}),
+        # primary: the node's first address of each family the service has
+        (["primary"], {"192.168.0.1"}),
+    ],
+)
+def test_nodeport_addresses_flag(values: list[str], expected: set[str]) -> None:
+    networks, primary = parse_nodeport_addresses(values)
+    snapshot, _ = snapshot_from_objects([DUAL_NODE, NODE_PORT_SERVICE], "node-a")
+    state = translate(snapshot, Settings(nodeport_addresses=networks, nodeport_primary=primary))
+    assert {str(a) for a in state.node_addresses} == expected
+
+
+@pytest.mark.parametrize("values", [["primary", "10.0.0.0/8"], ["10.0.0.0/33"], ["x"]])
+def test_nodeport_addresses_flag_rejects_what_kube_proxy_rejects(values: list[str]) -> None:
+    with pytest.raises(ValueError, match=r"primary|CIDR"):
+        parse_nodeport_addresses(values)
+
+
+def test_no_node_port_on_an_address_bound_to_kube_ipvs0() -> None:
+    clashing = svc({"clusterIP": "192.168.0.1"}, name="clash")
+    state = run([NODE_PORT_SERVICE, clashing])
+    assert vs("TCP", "192.168.0.1", 30001) not in state.virtual_servers
+    assert vs("TCP", "192.168.0.1", 80) in state.virtual_servers
+    assert state.node_addresses == frozenset()
+    assert [r.object for r in state.rejections] == ["Node address 192.168.0.1"]
