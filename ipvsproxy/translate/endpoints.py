@@ -41,16 +41,16 @@ class AddressCache:
             return self._parsed[text]
         except KeyError:
             pass
-        address: IPAddress
+        parsed: _Parsed | None
         try:
-            address = ipaddress.IPv4Address(socket.inet_pton(socket.AF_INET, text))
+            value = int.from_bytes(socket.inet_pton(socket.AF_INET, text))
+            parsed = (ipaddress.IPv4Address(value), IPFamily.IPV4, value)
         except (OSError, ValueError):
             try:
                 address = ipaddress.ip_address(text)
+                parsed = (address, IPFamily.of(address), int(address))
             except ValueError:
-                self._parsed[text] = None
-                return None
-        parsed = (address, IPFamily.of(address), int(address))
+                parsed = None
         self._parsed[text] = parsed
         return parsed
 

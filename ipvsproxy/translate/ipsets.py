@@ -154,7 +154,7 @@ def build_ipsets(
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer],
     *,
     local_external: frozenset[VirtualServerKey],
-    local_endpoints: Mapping[VirtualServerKey, Iterable[RealServerKey]],
+    hairpin: Iterable[tuple[Protocol, RealServerKey]],
     firewalls: Mapping[VirtualServerKey, Firewall],
     health_check_ports: Mapping[IPFamily, frozenset[int]],
     bound_addresses: Iterable[IPAddress],
@@ -171,14 +171,9 @@ def build_ipsets(
     for key, desired in virtual_servers.items():
         family = IPFamily.of(key.address)
         add(family, _members(key, desired, key in local_external))
-        protocol = key.protocol.value.lower()
-        add(
-            family,
-            (
-                ("KUBE-LOOP-BACK", f"{real.address},{protocol}:{real.port},{real.address}")
-                for real in local_endpoints.get(key, ())
-            ),
-        )
+    for protocol, real in hairpin:
+        entry = f"{real.address},{protocol.value.lower()}:{real.port},{real.address}"
+        add(IPFamily.of(real.address), [("KUBE-LOOP-BACK", entry)])
     for key, firewall in firewalls.items():
         add(IPFamily.of(key.address), _firewall_members(key, firewall))
     for family, ports in health_check_ports.items():

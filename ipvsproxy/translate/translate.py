@@ -19,6 +19,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
+    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -49,11 +50,11 @@ class _Rejected(ValueError):
     pass
 
 
-def _ip(raw: str, what: str) -> IPAddress:
-    try:
-        return ipaddress.ip_address(raw)
-    except ValueError:
-        raise _Rejected(f"{what} {raw!r} is not an IP address") from None
+def _ip(raw: str, what: str, cache: AddressCache) -> IPAddress:
+    parsed = cache.get(raw)
+    if parsed is None:
+        raise _Rejected(f"{what} {raw!r} is not an IP address")
+    return parsed[0]
 
 
 def _is_ours(service: Service, settings: Settings) -> bool:
@@ -116,8 +117,8 @@ class _ServiceState:
     servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
     bound: set[IPAddress] = field(default_factory=set)
     nodes: set[IPAddress] = field(default_factory=set)
-    # Cluster-IP virtual server -> its endpoints on this node, for the hairpin set.
-    hairpin: dict[VirtualServerKey, tuple[RealServerKey, ...]] = field(default_factory=dict)
+    # Endpoints on this node, with the port's protocol, for the hairpin set.
+    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     rejections: list[Rejection] = field(default_factory=list)
@@ -176,11 +177,13 @@ def _service_state(
         # kube-proxy's FlagSourceHash: mh hashes on source port as well as address.
         flags |= ServiceFlags.SCHED2
     timeout = service.session_affinity_timeout or 0
-    cluster_ips = [_ip(raw, "clusterIP") for raw in service.cluster_ips]
+    cluster_ips = [_ip(raw, "clusterIP", cache) for raw in service.cluster_ips]
     # kube-proxy runs one proxier per family and a service exists in a family's proxier
     # only through a cluster IP of that family: other addresses of other families are left.
     families = {IPFamily.of(ip) for ip in cluster_ips}
-    external = [(_ip(raw, "externalIP"), AddressKind.EXTERNAL_IP) for raw in service.external_ips]
+    external = [
+        (_ip(raw, "externalIP", cache), AddressKind.EXTERNAL_IP) for raw in service.external_ips
+    ]
     if service.type is ServiceType.LOAD_BALANCER:
         external += [
             (ingress.ip, AddressKind.LOAD_BALANCER)
@@ -206,24 +209,25 @@ def _service_state(
         candidates = {family: find_candidates(port, slices, family, cache) for family in families}
         # The endpoint choice depends only on family and policy scope, not on the address:
         # compute it once and share the frozen mapping between this port's virtual servers.
-        chosen: dict[
-            tuple[IPFamily, bool],
-            tuple[Mapping[RealServerKey, RealServer], tuple[RealServerKey, ...]],
-        ] = {}
+        if node.name is not None:
+            # As kube-proxy: every endpoint of this node, whatever its condition, so a pod
+            # reaching itself through any of the port's virtual servers is masqueraded.
+            state.hairpin.update(
+                (port.protocol, real)
+                for found in candidates.values()
+                for real, ep in found.values()
+                if ep.node_name == node.name
+            )
+        chosen: dict[tuple[IPFamily, bool], Mapping[RealServerKey, RealServer]] = {}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
             scope = (family, local_only)
             if scope not in chosen:
                 usable = choose_endpoints(candidates[family], node.name, local_only, node.zone)
-                chosen[scope] = (
-                    MappingProxyType({real: RealServer(real) for real in usable}),
-                    tuple(real for real, ep in usable.items() if ep.node_name == node.name),
-                )
-            reals, on_this_node = chosen[scope]
+                chosen[scope] = MappingProxyType({real: RealServer(real) for real in usable})
+            reals = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
-            if kind is AddressKind.CLUSTER_IP:
-                state.hairpin[key] = on_this_node
-            elif local_only:
+            if local_only and kind is not AddressKind.CLUSTER_IP:
                 state.local_external.add(key)
             if kind is AddressKind.LOAD_BALANCER:
                 firewall = _firewall(address, ranges, broken_ranges, node)
@@ -297,7 +301,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             )
             continue
         merged.servers.update(found.servers)
-        merged.hairpin.update(found.hairpin)
+        merged.hairpin |= found.hairpin
         merged.local_external |= found.local_external
         merged.firewalls.update(found.firewalls)
         merged.bound |= found.bound
@@ -315,7 +319,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     ipsets = build_ipsets(
         merged.servers,
         local_external=frozenset(merged.local_external),
-        local_endpoints=merged.hairpin,
+        hairpin=merged.hairpin,
         firewalls=merged.firewalls,
         health_check_ports={f: frozenset(p) for f, p in health_check_ports.items()},
         bound_addresses=merged.bound,

@@ -155,3 +155,23 @@ def test_external_ip_on_the_node_is_not_bound() -> None:
     state = run([svc({"externalIPs": ["192.168.0.1"]})])
     assert ipaddress.ip_address("192.168.0.1") not in state.bound_addresses
     assert ipaddress.ip_address("192.168.0.1") in state.node_addresses
+
+
+def test_loop_back_holds_every_endpoint_on_this_node_as_kube_proxy() -> None:
+    sets = filled(
+        [
+            svc(
+                {"ports": [{"name": "p", "port": 80}, {"name": "d", "port": 53, "protocol": "UDP"}]}
+            ),
+            eps(
+                [ep("10.1.0.1"), ep("10.1.0.2", ready=False), ep("10.1.0.3", node="node-b")],
+                ports=[{"name": "p", "port": 8080}, {"name": "d", "port": 53, "protocol": "UDP"}],
+            ),
+        ]
+    )
+    assert sets["KUBE-LOOP-BACK"] == {
+        "10.1.0.1,tcp:8080,10.1.0.1",
+        "10.1.0.2,tcp:8080,10.1.0.2",
+        "10.1.0.1,udp:53,10.1.0.1",
+        "10.1.0.2,udp:53,10.1.0.2",
+    }
