@@ -207,7 +207,7 @@ def _ingress(raw: Any) -> tuple[LoadBalancerIngress, ...]:
 
 def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejection]]:
     """A Service, or None with the reason; port-level problems drop only that port."""
-    label = describe({**obj, "kind": "Service"})
+    label = ""  # named once the key parses; a broken object is described only on error
     rejections: list[Rejection] = []
     try:
         key = object_key(obj)
@@ -249,7 +249,10 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
         )
     except ParseError as error:
-        return None, [*rejections, Rejection(label, str(error))]
+        return None, [
+            *rejections,
+            Rejection(label or describe({**obj, "kind": "Service"}), str(error)),
+        ]
     return service, rejections
 
 
@@ -281,10 +284,11 @@ def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
 
 
 def _endpoint(raw: Any, index: int) -> Endpoint:
-    entry = _mapping(raw, f"endpoints[{index}]")
-    addresses = _str_tuple(entry.get("addresses"), f"endpoints[{index}].addresses")
+    what = f"endpoints[{index}]"
+    entry = _mapping(raw, what)
+    addresses = _str_tuple(entry.get("addresses"), what + ".addresses")
     if not addresses:
-        raise ParseError(f"endpoints[{index}] has no addresses")
+        raise ParseError(f"{what} has no addresses")
     hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,
@@ -312,7 +316,7 @@ def parse_endpoint_slice(
     obj: Mapping[str, Any],
 ) -> tuple[EndpointSlice | None, list[Rejection]]:
     """A slice, or None; a bad endpoint or port is dropped alone."""
-    label = describe({**obj, "kind": "EndpointSlice"})
+    label = ""  # named once the key parses; a broken object is described only on error
     rejections: list[Rejection] = []
     try:
         key = object_key(obj)
@@ -343,12 +347,14 @@ def parse_endpoint_slice(
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
         )
     except ParseError as error:
-        return None, [*rejections, Rejection(label, str(error))]
+        return None, [
+            *rejections,
+            Rejection(label or describe({**obj, "kind": "EndpointSlice"}), str(error)),
+        ]
     return endpoint_slice, rejections
 
 
 def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
-    label = describe({**obj, "kind": "Node"})
     try:
         key = object_key(obj, namespaced=False)
         metadata = _mapping(obj.get("metadata"), "metadata")
@@ -364,7 +370,7 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
         )
     except ParseError as error:
-        return None, [Rejection(label, str(error))]
+        return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]
     return node, []
 
 
