@@ -231,3 +231,18 @@ def test_node_port_rules_per_protocol_local_first() -> None:
         "KUBE-NODE-PORT-SCTP-HASH dst,dst -j KUBE-MARK-MASQ",
     ]
     assert rules[2].startswith("-p sctp ")
+
+
+def test_ipv6_node_outside_source_ranges_is_dropped_with_a_128_prefix() -> None:
+    service = svc(
+        {
+            "type": "LoadBalancer",
+            "clusterIPs": ["fd00::1"],
+            "loadBalancerSourceRanges": ["2001:db8:1::/48"],
+            "ports": [{"name": "p", "port": 53, "protocol": "UDP"}],
+        }
+    ) | {"status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::50"}]}}}
+    v6 = run([service]).iptables[1]
+    assert lines(v6, "filter", "KUBE-IPVS-OUT-FILTER") == [
+        "-s 2001:db8::50/128 -m ipvs --vproto 17 --vaddr 2001:db8::50 --vport 53 -j DROP"
+    ]
