@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from ipvsproxy.model import (
     IPFamily,
-    IPNetwork,
     IPSetContent,
     IptablesJump,
     IptablesRuleset,
@@ -23,7 +22,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.translate.ipsets import SETS, set_name
-from ipvsproxy.translate.settings import Settings
+from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
 # iptables-save prints --vproto as a number.
 _PROTOCOL_NUMBERS = {Protocol.TCP: 6, Protocol.UDP: 17, Protocol.SCTP: 132}
@@ -131,18 +130,28 @@ class _Rules:
         }
 
 
-def _cluster_ip_masquerade(
-    rules: _Rules, family: IPFamily, settings: Settings, local_cidr: IPNetwork | None
-) -> None:
+def _not_local(settings: Settings, family: IPFamily) -> Rule | None:
+    """kube-proxy's LocalTrafficDetector.IfNotLocal, or None when it cannot tell."""
+    if settings.detect_local_mode is LocalDetectMode.BRIDGE_INTERFACE:
+        return ("!", "-i", settings.bridge_interface) if settings.bridge_interface else None
+    if settings.detect_local_mode is LocalDetectMode.INTERFACE_NAME_PREFIX:
+        prefix = settings.interface_name_prefix
+        return ("!", "-i", f"{prefix}+") if prefix else None
+    # One cluster CIDR per family, the first, as kube-proxy's detector takes.
+    cidr = next((c for c in settings.cluster_cidr if IPFamily.of(c) is family), None)
+    return ("!", "-s", str(cidr)) if cidr is not None else None
+
+
+def _cluster_ip_masquerade(rules: _Rules, family: IPFamily, settings: Settings) -> None:
     matched = _commented_set("KUBE-CLUSTER-IP", family, "dst,dst")
+    not_local = _not_local(settings, family)
     if settings.masquerade_all:
         rules.add("nat", "KUBE-SERVICES", *matched, "-j", "KUBE-MARK-MASQ")
-    elif local_cidr is not None:
+    elif not_local is not None:
         # Off-cluster traffic to a service IP (e.g. via a static route to any node) may
-        # bounce to another node's pod, so it must be masqueraded.
-        rules.add(
-            "nat", "KUBE-SERVICES", "!", "-s", str(local_cidr), *matched, "-j", "KUBE-MARK-MASQ"
-        )
+        # bounce to another node's pod, so it must be masqueraded. The address or
+        # interface match comes first, where iptables-save prints it.
+        rules.add("nat", "KUBE-SERVICES", *not_local, *matched, "-j", "KUBE-MARK-MASQ")
     else:
         # No way to tell pod traffic: masquerade what the node itself sends from a service
         # IP (kube-ipvs0 makes the VIP the preferred source for a VIP destination).
@@ -193,8 +202,7 @@ def _ruleset(
             prefix = ("-p", protocol) if protocol else ()
             rules.add(table, chain, *prefix, *matched, "-j", target)
     if "KUBE-CLUSTER-IP" in filled:
-        local_cidr = next((c for c in settings.cluster_cidr if IPFamily.of(c) is family), None)
-        _cluster_ip_masquerade(rules, family, settings, local_cidr)
+        _cluster_ip_masquerade(rules, family, settings)
     if "KUBE-EXTERNAL-IP" in filled:
         matched = _commented_set("KUBE-EXTERNAL-IP", family, "dst,dst")
         rules.add("nat", "KUBE-SERVICES", *matched, "-j", "KUBE-MARK-MASQ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,6 +10,17 @@ from dataclasses import dataclass
 from ipvsproxy.model import IPAddress, IPNetwork
 
 NODEPORT_PRIMARY = "primary"
+
+
+class LocalDetectMode(enum.StrEnum):
+    """--detect-local-mode: how traffic from this node's pods is told from the rest.
+
+    kube-proxy's NodeCIDR mode needs the Node's podCIDRs, which the snapshot does not carry.
+    """
+
+    CLUSTER_CIDR = "ClusterCIDR"
+    BRIDGE_INTERFACE = "BridgeInterface"
+    INTERFACE_NAME_PREFIX = "InterfaceNamePrefix"
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +32,9 @@ class Settings:
     nodeport_primary: bool = False
     masquerade_all: bool = False
     cluster_cidr: tuple[IPNetwork, ...] = ()
+    detect_local_mode: LocalDetectMode = LocalDetectMode.CLUSTER_CIDR
+    bridge_interface: str = ""
+    interface_name_prefix: str = ""
     exclude_cidrs: tuple[IPNetwork, ...] = ()
     strict_arp: bool = False
     # Used for NodePort when the snapshot has no Node (e.g. --hostname-override unknown).

@@ -9,7 +9,7 @@ import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import DesiredState, IPFamily, IptablesRuleset
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate import LocalDetectMode, Settings, translate
 from tests.unit.test_translate_rules import run, svc
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
@@ -137,6 +137,19 @@ CLUSTER_IP_MASQ = (
         ),
         # neither: the node's own traffic sourced from a service IP
         (Settings(), f"{CLUSTER_IP_MASQ} src,dst -j KUBE-MARK-MASQ"),
+        # --detect-local-mode=BridgeInterface / InterfaceNamePrefix
+        (
+            Settings(detect_local_mode=LocalDetectMode.BRIDGE_INTERFACE, bridge_interface="cni0"),
+            f"! -i cni0 {CLUSTER_IP_MASQ} dst,dst -j KUBE-MARK-MASQ",
+        ),
+        (
+            Settings(
+                detect_local_mode=LocalDetectMode.INTERFACE_NAME_PREFIX,
+                interface_name_prefix="veth",
+                cluster_cidr=(CLUSTER_CIDR,),
+            ),
+            f"! -i veth+ {CLUSTER_IP_MASQ} dst,dst -j KUBE-MARK-MASQ",
+        ),
         # a cluster CIDR of the other family does not detect this one's local traffic
         (
             Settings(cluster_cidr=(ipaddress.ip_network("fd10::/64"),)),
