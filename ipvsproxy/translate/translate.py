@@ -155,7 +155,8 @@ def _firewall(
     """
     family = IPFamily.of(address)
     own = tuple(net for net in ranges if IPFamily.of(net) is family)
-    if not own and not broken:
+    # A zero-prefix range allows everyone: the same as no ranges, as kube-proxy reads it.
+    if any(net.prefixlen == 0 for net in own) or (not own and not broken):
         return None
     node_ip = node.primary.get(family)
     allow_from_node = node_ip is not None and any(node_ip in net for net in own)
@@ -184,12 +185,12 @@ def _service_state(
     external = [
         (_ip(raw, "externalIP", cache), AddressKind.EXTERNAL_IP) for raw in service.external_ips
     ]
-    if service.type is ServiceType.LOAD_BALANCER:
-        external += [
-            (ingress.ip, AddressKind.LOAD_BALANCER)
-            for ingress in service.load_balancer_ingress
-            if ingress.ip_mode != "Proxy"
-        ]
+    # kube-proxy takes the ingress IPs from the status whatever the type says.
+    external += [
+        (ingress.ip, AddressKind.LOAD_BALANCER)
+        for ingress in service.load_balancer_ingress
+        if ingress.ip_mode != "Proxy"
+    ]
     external = [(ip, kind) for ip, kind in external if IPFamily.of(ip) in families]
     ranges, broken_ranges = _source_ranges(service, state)
     internal_local = service.internal_traffic_policy is TrafficPolicy.LOCAL

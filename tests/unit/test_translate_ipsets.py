@@ -95,6 +95,8 @@ LB_STATUS = {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}}}
         ),
         # only ranges of the other family: no firewall in this one, as kube-proxy
         ({"loadBalancerSourceRanges": ["fd00::/8"]}, {}),
+        # a zero-prefix range allows any source: no firewall, as kube-proxy
+        ({"loadBalancerSourceRanges": ["10.0.0.0/8", "0.0.0.0/0"]}, {}),
         # a range that does not parse still closes the firewall
         (
             {"loadBalancerSourceRanges": ["nonsense"]},

@@ -355,3 +355,9 @@ def test_no_node_port_on_an_address_bound_to_kube_ipvs0() -> None:
     assert vs("TCP", "192.168.0.1", 80) in state.virtual_servers
     assert state.node_addresses == frozenset()
     assert [r.object for r in state.rejections] == ["Node address 192.168.0.1"]
+
+
+def test_ingress_ips_count_whatever_the_type_says_as_kube_proxy() -> None:
+    service = svc({}) | {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}}
+    state = run([service])
+    assert state.virtual_servers[vs("TCP", "203.0.113.9", 80)].kind is AddressKind.LOAD_BALANCER
