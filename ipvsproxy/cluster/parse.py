@@ -358,7 +358,11 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
     try:
         key = object_key(obj, namespaced=False)
         metadata = _mapping(obj.get("metadata"), "metadata")
+        spec = _mapping(obj.get("spec"), "spec")
         status = _mapping(obj.get("status"), "status")
+        pod_cidrs = _str_tuple(spec.get("podCIDRs"), "spec.podCIDRs")
+        if not pod_cidrs and spec.get("podCIDR"):
+            pod_cidrs = (_str(spec.get("podCIDR"), "spec.podCIDR"),)
         addresses: list[str] = []
         for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
             entry = _mapping(item, f"status.addresses[{index}]")
@@ -368,6 +372,7 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
             name=key.name,
             addresses=tuple(addresses),
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
+            pod_cidrs=pod_cidrs,
         )
     except ParseError as error:
         return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]

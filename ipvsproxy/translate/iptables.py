@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from ipvsproxy.model import (
     IPFamily,
+    IPNetwork,
     IPSetContent,
     IptablesJump,
     IptablesRuleset,
@@ -130,21 +131,26 @@ class _Rules:
         }
 
 
-def _not_local(settings: Settings, family: IPFamily) -> Rule | None:
+def _not_local(
+    settings: Settings, family: IPFamily, pod_cidrs: tuple[IPNetwork, ...]
+) -> Rule | None:
     """kube-proxy's LocalTrafficDetector.IfNotLocal, or None when it cannot tell."""
     if settings.detect_local_mode is LocalDetectMode.BRIDGE_INTERFACE:
         return ("!", "-i", settings.bridge_interface) if settings.bridge_interface else None
     if settings.detect_local_mode is LocalDetectMode.INTERFACE_NAME_PREFIX:
         prefix = settings.interface_name_prefix
         return ("!", "-i", f"{prefix}+") if prefix else None
-    # One cluster CIDR per family, the first, as kube-proxy's detector takes.
-    cidr = next((c for c in settings.cluster_cidr if IPFamily.of(c) is family), None)
+    # One CIDR per family, the first, as kube-proxy's detector takes.
+    local = pod_cidrs if settings.detect_local_mode is LocalDetectMode.NODE_CIDR else None
+    cidr = next((c for c in local or settings.cluster_cidr if IPFamily.of(c) is family), None)
     return ("!", "-s", str(cidr)) if cidr is not None else None
 
 
-def _cluster_ip_masquerade(rules: _Rules, family: IPFamily, settings: Settings) -> None:
+def _cluster_ip_masquerade(
+    rules: _Rules, family: IPFamily, settings: Settings, pod_cidrs: tuple[IPNetwork, ...]
+) -> None:
     matched = _commented_set("KUBE-CLUSTER-IP", family, "dst,dst")
-    not_local = _not_local(settings, family)
+    not_local = _not_local(settings, family, pod_cidrs)
     if settings.masquerade_all:
         rules.add("nat", "KUBE-SERVICES", *matched, "-j", "KUBE-MARK-MASQ")
     elif not_local is not None:
@@ -192,6 +198,7 @@ def _ruleset(
     settings: Settings,
     filled: frozenset[str],
     no_node_access: list[VirtualServerKey],
+    pod_cidrs: tuple[IPNetwork, ...],
 ) -> IptablesRuleset:
     rules = _Rules()
     loopback = "127.0.0.0/8" if family is IPFamily.IPV4 else "::1/128"
@@ -202,7 +209,7 @@ def _ruleset(
             prefix = ("-p", protocol) if protocol else ()
             rules.add(table, chain, *prefix, *matched, "-j", target)
     if "KUBE-CLUSTER-IP" in filled:
-        _cluster_ip_masquerade(rules, family, settings)
+        _cluster_ip_masquerade(rules, family, settings, pod_cidrs)
     if "KUBE-EXTERNAL-IP" in filled:
         matched = _commented_set("KUBE-EXTERNAL-IP", family, "dst,dst")
         rules.add("nat", "KUBE-SERVICES", *matched, "-j", "KUBE-MARK-MASQ")
@@ -307,9 +314,11 @@ def build_iptables(
     settings: Settings,
     ipsets: Mapping[str, IPSetContent],
     no_node_access: Iterable[VirtualServerKey],
+    pod_cidrs: tuple[IPNetwork, ...] = (),
 ) -> tuple[IptablesRuleset, ...]:
     """One ruleset per family. ``no_node_access``: load-balancer virtual servers whose
-    source ranges leave out the node, so the node's own traffic to them is dropped."""
+    source ranges leave out the node, so the node's own traffic to them is dropped;
+    ``pod_cidrs``: this node's, for --detect-local-mode=NodeCIDR."""
     blocked = sorted(no_node_access, key=VirtualServerKey.sort_key)
     rulesets: list[IptablesRuleset] = []
     for family in IPFamily:
@@ -320,6 +329,7 @@ def build_iptables(
                 settings,
                 filled,
                 [key for key in blocked if IPFamily.of(key.address) is family],
+                pod_cidrs,
             )
         )
     return tuple(rulesets)

@@ -13,12 +13,10 @@ NODEPORT_PRIMARY = "primary"
 
 
 class LocalDetectMode(enum.StrEnum):
-    """--detect-local-mode: how traffic from this node's pods is told from the rest.
-
-    kube-proxy's NodeCIDR mode needs the Node's podCIDRs, which the snapshot does not carry.
-    """
+    """--detect-local-mode: how traffic from this node's pods is told from the rest."""
 
     CLUSTER_CIDR = "ClusterCIDR"
+    NODE_CIDR = "NodeCIDR"
     BRIDGE_INTERFACE = "BridgeInterface"
     INTERFACE_NAME_PREFIX = "InterfaceNamePrefix"
 

@@ -80,6 +80,7 @@ class _Node:
     node_port_addresses: tuple[IPAddress, ...]
     # kube-proxy's per-family node IP: whether a source range lets the node reach an LB IP.
     primary: Mapping[IPFamily, IPAddress]
+    pod_cidrs: tuple[IPNetwork, ...]
 
 
 def _node(snapshot: ClusterSnapshot, settings: Settings) -> _Node:
@@ -107,7 +108,18 @@ def _node(snapshot: ClusterSnapshot, settings: Settings) -> _Node:
         addresses=frozenset(raw),
         node_port_addresses=tuple(dict.fromkeys(usable)),
         primary=MappingProxyType(primary),
+        pod_cidrs=_networks(snapshot.node.pod_cidrs if snapshot.node is not None else ()),
     )
+
+
+def _networks(texts: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    networks: list[IPNetwork] = []
+    for text in texts:
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            continue
+    return tuple(networks)
 
 
 @dataclass(slots=True)
@@ -331,7 +343,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         bound_addresses=frozenset(merged.bound),
         node_addresses=frozenset(merged.nodes),
         ipsets=MappingProxyType(ipsets),
-        iptables=build_iptables(settings, ipsets, no_node_access),
+        iptables=build_iptables(settings, ipsets, no_node_access, node.pod_cidrs),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
         rejections=tuple(rejections),

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import DesiredState, IPFamily, IptablesRuleset
 from ipvsproxy.translate import LocalDetectMode, Settings, translate
-from tests.unit.test_translate_rules import run, svc
+from tests.unit.test_translate_rules import NODE, run, svc
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 CLUSTER_CIDR = ipaddress.ip_network("10.244.0.0/16")
@@ -258,4 +259,24 @@ def test_ipv6_node_outside_source_ranges_is_dropped_with_a_128_prefix() -> None:
     v6 = run([service]).iptables[1]
     assert lines(v6, "filter", "KUBE-IPVS-OUT-FILTER") == [
         "-s 2001:db8::50/128 -m ipvs --vproto 17 --vaddr 2001:db8::50 --vport 53 -j DROP"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"podCIDRs": ["10.244.3.0/24", "fd10:0:0:3::/64"]}, "! -s 10.244.3.0/24 "),
+        ({"podCIDR": "10.244.7.0/24"}, "! -s 10.244.7.0/24 "),
+        ({}, ""),  # no pod CIDR yet: the node's own service-IP traffic, as without a detector
+    ],
+)
+def test_node_cidr_local_detection_uses_this_nodes_pod_cidr(
+    spec: dict[str, Any], expected: str
+) -> None:
+    node = NODE | {"spec": spec}
+    snapshot, _ = snapshot_from_objects([node, svc({})], "node-a")
+    state = translate(snapshot, Settings(detect_local_mode=LocalDetectMode.NODE_CIDR))
+    flags = "src,dst" if not expected else "dst,dst"
+    assert [rule for rule in services(state) if "KUBE-MARK-MASQ" in rule] == [
+        f"{expected}{CLUSTER_IP_MASQ} {flags} -j KUBE-MARK-MASQ"
     ]
