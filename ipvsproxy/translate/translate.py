@@ -40,6 +40,7 @@ from ipvsproxy.translate.endpoints import (
 )
 from ipvsproxy.translate.ipsets import Firewall, build_ipsets
 from ipvsproxy.translate.iptables import build_iptables
+from ipvsproxy.translate.node import NodeFacts, node_facts
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
@@ -66,60 +67,6 @@ def _scheduler(service: Service, settings: Settings) -> str:
     if name not in SCHEDULERS:
         raise _Rejected(f"annotation {SCHEDULER_ANNOTATION}: unknown scheduler {name!r}")
     return name
-
-
-@dataclass(frozen=True, slots=True)
-class _Node:
-    """What translate needs of this node, worked out once per translate."""
-
-    name: str | None
-    zone: str | None
-    # Every address of the node: an external or load-balancer IP among them is not bound.
-    addresses: frozenset[IPAddress]
-    # The addresses that carry NodePort virtual servers (--nodeport-addresses applied).
-    node_port_addresses: tuple[IPAddress, ...]
-    # kube-proxy's per-family node IP: whether a source range lets the node reach an LB IP.
-    primary: Mapping[IPFamily, IPAddress]
-    pod_cidrs: tuple[IPNetwork, ...]
-
-
-def _node(snapshot: ClusterSnapshot, settings: Settings) -> _Node:
-    raw: list[IPAddress] = []
-    if snapshot.node is not None:
-        for text in snapshot.node.addresses:
-            try:
-                raw.append(ipaddress.ip_address(text))
-            except ValueError:
-                continue
-    if not raw:
-        raw = list(settings.node_ips)
-    primary: dict[IPFamily, IPAddress] = {}
-    for address in raw:
-        primary.setdefault(IPFamily.of(address), address)
-    # As kube-proxy's node address listing: never loopback, never IPv6 link-local.
-    usable = [a for a in raw if not a.is_loopback and not (a.version == 6 and a.is_link_local)]
-    if settings.nodeport_primary:
-        usable = [a for a in usable if a in primary.values()]
-    elif settings.nodeport_addresses:
-        usable = [a for a in usable if any(a in net for net in settings.nodeport_addresses)]
-    return _Node(
-        name=snapshot.node.name if snapshot.node is not None else None,
-        zone=snapshot.node.zone if snapshot.node is not None else None,
-        addresses=frozenset(raw),
-        node_port_addresses=tuple(dict.fromkeys(usable)),
-        primary=MappingProxyType(primary),
-        pod_cidrs=_networks(snapshot.node.pod_cidrs if snapshot.node is not None else ()),
-    )
-
-
-def _networks(texts: tuple[str, ...]) -> tuple[IPNetwork, ...]:
-    networks: list[IPNetwork] = []
-    for text in texts:
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            continue
-    return tuple(networks)
 
 
 @dataclass(slots=True)
@@ -158,7 +105,7 @@ def _firewall(
     address: IPAddress,
     ranges: tuple[IPNetwork, ...],
     broken: bool,
-    node: _Node,
+    node: NodeFacts,
 ) -> Firewall | None:
     """kube-proxy firewalls an LB IP when the service has source ranges of its family.
 
@@ -179,7 +126,7 @@ def _service_state(
     service: Service,
     slices: list[EndpointSlice],
     settings: Settings,
-    node: _Node,
+    node: NodeFacts,
     cache: AddressCache,
 ) -> _ServiceState:
     """This service's virtual servers, addresses and ipset inputs."""
@@ -291,7 +238,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             )
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
-    node = _node(snapshot, settings)
+    node = node_facts(snapshot, settings)
     cache = AddressCache()
     merged = _ServiceState()
     health_checks: dict[ObjectKey, int] = {}
