@@ -170,44 +170,26 @@ def _cluster_ip_masquerade(
         )
 
 
+def _args(text: str) -> Rule:
+    """A rule fragment without quoted parts, written as iptables-save prints it."""
+    return tuple(text.split())
+
+
 def _external_ip_accept(rules: _Rules, matched: Rule) -> None:
     """Accept external-IP traffic from off the machine, or bound for a local address."""
-    rules.add(
-        "nat",
-        "KUBE-SERVICES",
-        *matched,
-        "-m",
-        "physdev",
-        "!",
-        "--physdev-is-in",
-        "-m",
-        "addrtype",
-        "!",
-        "--src-type",
-        "LOCAL",
-        "-j",
-        "ACCEPT",
-    )
-    rules.add(
-        "nat", "KUBE-SERVICES", *matched, "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"
-    )
+    off_machine = _args("-m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT")
+    rules.add("nat", "KUBE-SERVICES", *matched, *off_machine)
+    rules.add("nat", "KUBE-SERVICES", *matched, *_args("-m addrtype --dst-type LOCAL -j ACCEPT"))
 
 
-def _ruleset(
+def _services(
+    rules: _Rules,
     family: IPFamily,
     settings: Settings,
     filled: frozenset[str],
-    no_node_access: list[VirtualServerKey],
     pod_cidrs: tuple[IPNetwork, ...],
-) -> IptablesRuleset:
-    rules = _Rules()
-    loopback = "127.0.0.0/8" if family is IPFamily.IPV4 else "::1/128"
-    rules.add("nat", "KUBE-SERVICES", "-s", loopback, "-j", "RETURN")
-    for base, table, chain, protocol, flags, target in _SET_RULES:
-        if base in filled:
-            matched = _commented_set(base, family, flags)
-            prefix = ("-p", protocol) if protocol else ()
-            rules.add(table, chain, *prefix, *matched, "-j", target)
+) -> None:
+    """nat KUBE-SERVICES after its load-balancer jump: masquerade marks, then accepts."""
     if "KUBE-CLUSTER-IP" in filled:
         _cluster_ip_masquerade(rules, family, settings, pod_cidrs)
     if "KUBE-EXTERNAL-IP" in filled:
@@ -216,62 +198,40 @@ def _ruleset(
         _external_ip_accept(rules, matched)
     if "KUBE-EXTERNAL-IP-LOCAL" in filled:
         _external_ip_accept(rules, _commented_set("KUBE-EXTERNAL-IP-LOCAL", family, "dst,dst"))
-    rules.add(
-        "nat", "KUBE-SERVICES", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "KUBE-NODE-PORT"
-    )
-    rules.add("nat", "KUBE-LOAD-BALANCER", "-j", "KUBE-MARK-MASQ")
+    rules.add("nat", "KUBE-SERVICES", *_args("-m addrtype --dst-type LOCAL -j KUBE-NODE-PORT"))
+    # Accept IPVS traffic in case other rules would drop it; these must come last.
+    for base in ("KUBE-CLUSTER-IP", "KUBE-LOAD-BALANCER"):
+        if base in filled:
+            rules.add("nat", "KUBE-SERVICES", *_set(base, family, "dst,dst"), "-j", "ACCEPT")
+
+
+def _filters(rules: _Rules, family: IPFamily, no_node_access: list[VirtualServerKey]) -> None:
+    """The filter table: forwarding, health checks, firewall tail and VIP access filters."""
     rules.add("filter", "KUBE-SOURCE-RANGES-FIREWALL", "-j", "DROP")
     host = 32 if family is IPFamily.IPV4 else 128
     for key in no_node_access:
         # IPVS sees the node's own traffic to a load balancer IP with that IP as source.
+        vproto = _PROTOCOL_NUMBERS[key.protocol]
         rules.add(
             "filter",
             "KUBE-IPVS-OUT-FILTER",
-            "-s",
-            f"{key.address}/{host}",
-            "-m",
-            "ipvs",
-            "--vproto",
-            str(_PROTOCOL_NUMBERS[key.protocol]),
-            "--vaddr",
-            str(key.address),
-            "--vport",
-            str(key.port),
-            "-j",
-            "DROP",
+            *_args(f"-s {key.address}/{host} -m ipvs --vproto {vproto}"),
+            *_args(f"--vaddr {key.address} --vport {key.port} -j DROP"),
         )
-    for base in ("KUBE-CLUSTER-IP", "KUBE-LOAD-BALANCER"):
-        if base in filled:
-            rules.add("nat", "KUBE-SERVICES", *_set(base, family, "dst,dst"), "-j", "ACCEPT")
     rules.add(
         "filter",
         "KUBE-FORWARD",
         *_comment("kubernetes forwarding rules"),
-        "-m",
-        "mark",
-        "--mark",
-        MASQ_MARK,
-        "-j",
-        "ACCEPT",
+        *_args(f"-m mark --mark {MASQ_MARK} -j ACCEPT"),
     )
     rules.add(
         "filter",
         "KUBE-FORWARD",
         *_comment("kubernetes forwarding conntrack rule"),
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "RELATED,ESTABLISHED",
-        "-j",
-        "ACCEPT",
+        *_args("-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
     )
-    rules.add(
-        "filter",
-        "KUBE-NODE-PORT",
-        *_commented_set("KUBE-HEALTH-CHECK-NODE-PORT", family, "dst"),
-        "-j",
-        "ACCEPT",
-    )
+    health_checks = _commented_set("KUBE-HEALTH-CHECK-NODE-PORT", family, "dst")
+    rules.add("filter", "KUBE-NODE-PORT", *health_checks, "-j", "ACCEPT")
     # kubernetes #72236: a service IP on kube-ipvs0 is a local address, so without this any
     # host port would answer on it. Only the service ports themselves get through.
     for base, flags in (
@@ -282,31 +242,49 @@ def _ruleset(
         ("KUBE-HEALTH-CHECK-NODE-PORT", "dst"),
     ):
         rules.add("filter", "KUBE-IPVS-FILTER", *_set(base, family, flags), "-j", "RETURN")
+    unreachable = "icmp-port-unreachable" if family is IPFamily.IPV4 else "icmp6-port-unreachable"
     rules.add(
         "filter",
         "KUBE-IPVS-FILTER",
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "NEW",
+        *_args("-m conntrack --ctstate NEW"),
         *_set("KUBE-IPVS-IPS", family, "dst"),
-        "-j",
-        "REJECT",
-        "--reject-with",
-        "icmp-port-unreachable" if family is IPFamily.IPV4 else "icmp6-port-unreachable",
+        *_args(f"-j REJECT --reject-with {unreachable}"),
     )
-    rules.add("nat", "KUBE-POSTROUTING", "-m", "mark", "!", "--mark", MASQ_MARK, "-j", "RETURN")
+
+
+def _masquerade(rules: _Rules) -> None:
+    """KUBE-POSTROUTING masquerades marked packets; KUBE-MARK-MASQ marks them."""
+    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-m mark ! --mark {MASQ_MARK} -j RETURN"))
     # Clear the mark so a packet that re-traverses the stack is not masqueraded twice.
-    rules.add("nat", "KUBE-POSTROUTING", "-j", "MARK", "--set-xmark", f"{MASQ_BIT:#x}/0x0")
+    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-j MARK --set-xmark {MASQ_BIT:#x}/0x0"))
     rules.add(
         "nat",
         "KUBE-POSTROUTING",
         *_comment("kubernetes service traffic requiring SNAT"),
-        "-j",
-        "MASQUERADE",
-        "--random-fully",
+        *_args("-j MASQUERADE --random-fully"),
     )
-    rules.add("nat", "KUBE-MARK-MASQ", "-j", "MARK", "--set-xmark", MASQ_MARK)
+    rules.add("nat", "KUBE-MARK-MASQ", *_args(f"-j MARK --set-xmark {MASQ_MARK}"))
+
+
+def _ruleset(
+    family: IPFamily,
+    settings: Settings,
+    filled: frozenset[str],
+    no_node_access: list[VirtualServerKey],
+    pod_cidrs: tuple[IPNetwork, ...],
+) -> IptablesRuleset:
+    rules = _Rules()
+    # Connections to localhost leave KUBE-SERVICES first.
+    loopback = "127.0.0.0/8" if family is IPFamily.IPV4 else "::1/128"
+    rules.add("nat", "KUBE-SERVICES", "-s", loopback, "-j", "RETURN")
+    for base, table, chain, protocol, flags, target in _SET_RULES:
+        if base in filled:
+            prefix = ("-p", protocol) if protocol else ()
+            rules.add(table, chain, *prefix, *_commented_set(base, family, flags), "-j", target)
+    _services(rules, family, settings, filled, pod_cidrs)
+    rules.add("nat", "KUBE-LOAD-BALANCER", "-j", "KUBE-MARK-MASQ")
+    _filters(rules, family, no_node_access)
+    _masquerade(rules)
     return IptablesRuleset(family, rules.frozen(), JUMPS)
 
 
