@@ -166,6 +166,8 @@ class Node:
     name: str
     addresses: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # spec.podCIDRs, unparsed: --detect-local-mode=NodeCIDR tells local traffic by them.
+    pod_cidrs: tuple[str, ...] = ()
 
     @property
     def zone(self) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     ClusterSnapshot,
     Endpoint,
@@ -41,9 +42,15 @@ class ParseError(ValueError):
     """One object, or one field of it, is malformed; callers turn it into a Rejection."""
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    # JSON decoding gives plain dicts: test for that before the (slow) ABC check.
+    if type(value) is dict:
+        return value
     if value is None:
-        return {}
+        return _EMPTY
     if not isinstance(value, Mapping):
         raise ParseError(f"{what} is not an object")
     return value
@@ -90,8 +97,9 @@ def _str_map(value: Any, what: str) -> Mapping[str, str]:
 
 def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     items = _list(value, what)
-    if not all(isinstance(item, str) for item in items):
-        raise ParseError(f"{what} has non-string entries")
+    for item in items:
+        if not isinstance(item, str):
+            raise ParseError(f"{what} has non-string entries")
     return tuple(items)
 
 
@@ -202,7 +210,7 @@ def _ingress(raw: Any) -> tuple[LoadBalancerIngress, ...]:
 
 def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejection]]:
     """A Service, or None with the reason; port-level problems drop only that port."""
-    label = describe({**obj, "kind": "Service"})
+    label = ""  # named once the key parses; a broken object is described only on error
     rejections: list[Rejection] = []
     try:
         key = object_key(obj)
@@ -244,8 +252,20 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
         )
     except ParseError as error:
-        return None, [*rejections, Rejection(label, str(error))]
+        return None, [
+            *rejections,
+            Rejection(label or describe({**obj, "kind": "Service"}), str(error)),
+        ]
     return service, rejections
+
+
+# Only eight distinct condition values exist: share them rather than build one per endpoint.
+_CONDITIONS: dict[tuple[bool, bool, bool], EndpointConditions] = {
+    (ready, serving, terminating): EndpointConditions(ready, serving, terminating)
+    for ready in (False, True)
+    for serving in (False, True)
+    for terminating in (False, True)
+}
 
 
 def _conditions(raw: Any) -> EndpointConditions:
@@ -254,15 +274,10 @@ def _conditions(raw: Any) -> EndpointConditions:
     serving = _bool(conditions.get("serving"), "conditions.serving")
     terminating = _bool(conditions.get("terminating"), "conditions.terminating")
     ready = True if ready is None else ready
-    return EndpointConditions(
-        ready=ready,
-        serving=ready if serving is None else serving,
-        terminating=bool(terminating),
-    )
+    return _CONDITIONS[ready, ready if serving is None else serving, bool(terminating)]
 
 
-def _hints(raw: Any, field_name: str) -> tuple[str, ...] | None:
-    hints = _mapping(raw, "hints")
+def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
     if field_name not in hints:
         return None
     names: list[str] = []
@@ -272,17 +287,19 @@ def _hints(raw: Any, field_name: str) -> tuple[str, ...] | None:
 
 
 def _endpoint(raw: Any, index: int) -> Endpoint:
-    entry = _mapping(raw, f"endpoints[{index}]")
-    addresses = _str_tuple(entry.get("addresses"), f"endpoints[{index}].addresses")
+    what = f"endpoints[{index}]"
+    entry = _mapping(raw, what)
+    addresses = _str_tuple(entry.get("addresses"), what + ".addresses")
     if not addresses:
-        raise ParseError(f"endpoints[{index}] has no addresses")
+        raise ParseError(f"{what} has no addresses")
+    hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,
         conditions=_conditions(entry.get("conditions")),
         node_name=_str(entry.get("nodeName"), "nodeName") or None,
         zone=_str(entry.get("zone"), "zone") or None,
-        hints_for_zones=_hints(entry.get("hints"), "forZones"),
-        hints_for_nodes=_hints(entry.get("hints"), "forNodes"),
+        hints_for_zones=_hints(hints, "forZones") if hints else None,
+        hints_for_nodes=_hints(hints, "forNodes") if hints else None,
     )
 
 
@@ -302,7 +319,7 @@ def parse_endpoint_slice(
     obj: Mapping[str, Any],
 ) -> tuple[EndpointSlice | None, list[Rejection]]:
     """A slice, or None; a bad endpoint or port is dropped alone."""
-    label = describe({**obj, "kind": "EndpointSlice"})
+    label = ""  # named once the key parses; a broken object is described only on error
     rejections: list[Rejection] = []
     try:
         key = object_key(obj)
@@ -333,16 +350,22 @@ def parse_endpoint_slice(
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
         )
     except ParseError as error:
-        return None, [*rejections, Rejection(label, str(error))]
+        return None, [
+            *rejections,
+            Rejection(label or describe({**obj, "kind": "EndpointSlice"}), str(error)),
+        ]
     return endpoint_slice, rejections
 
 
 def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
-    label = describe({**obj, "kind": "Node"})
     try:
         key = object_key(obj, namespaced=False)
         metadata = _mapping(obj.get("metadata"), "metadata")
+        spec = _mapping(obj.get("spec"), "spec")
         status = _mapping(obj.get("status"), "status")
+        pod_cidrs = _str_tuple(spec.get("podCIDRs"), "spec.podCIDRs")
+        if not pod_cidrs and spec.get("podCIDR"):
+            pod_cidrs = (_str(spec.get("podCIDR"), "spec.podCIDR"),)
         addresses: list[str] = []
         for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
             entry = _mapping(item, f"status.addresses[{index}]")
@@ -352,12 +375,14 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
             name=key.name,
             addresses=tuple(addresses),
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
+            pod_cidrs=pod_cidrs,
         )
     except ParseError as error:
-        return None, [Rejection(label, str(error))]
+        return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]
     return node, []
 
 
+@without_cyclic_gc
 def snapshot_from_objects(
     objects: Iterable[Mapping[str, Any]], node_name: str | None
 ) -> tuple[ClusterSnapshot, list[Rejection]]:

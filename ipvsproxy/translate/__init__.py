@@ -1,6 +1,6 @@
 """Pure translation of a cluster snapshot into the desired kernel state."""
 
-from ipvsproxy.translate.settings import Settings
+from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 from ipvsproxy.translate.translate import translate
 
-__all__ = ["Settings", "translate"]
+__all__ = ["LocalDetectMode", "Settings", "parse_nodeport_addresses", "translate"]

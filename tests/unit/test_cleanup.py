@@ -189,11 +189,15 @@ def test_cleanup_removes_ours_in_order_and_leaves_the_rest() -> None:
 
     assert report.failed == ()
     assert len([line for line in report.removed if "virtual server" in line]) == 8
+    chains = (
+        "filter/KUBE-FORWARD, filter/KUBE-IPVS-FILTER, filter/KUBE-IPVS-OUT-FILTER, "
+        "filter/KUBE-NODE-PORT, filter/KUBE-PROXY-FIREWALL, filter/KUBE-SOURCE-RANGES-FIREWALL, "
+        "nat/KUBE-LOAD-BALANCER, nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, "
+        "nat/KUBE-SERVICES"
+    )
     assert report.removed[8:10] == (
-        "removed IPv4 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
-        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
-        "removed IPv6 iptables chains filter/KUBE-FORWARD, nat/KUBE-LOAD-BALANCER, "
-        "nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES",
+        f"removed IPv4 iptables chains {chains}",
+        f"removed IPv6 iptables chains {chains}",
     )
     assert "removed ipset KUBE-6-CLUSTER-IP" in report.removed
     assert report.removed[-1] == "removed interface kube-ipvs0"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import AddressKind, DesiredState, Protocol, ServiceFlags, VirtualServerKey
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 NODE = {
@@ -272,3 +272,95 @@ def test_order_independent_local_only_and_addresses_bound(objects: list[dict[str
         assert key.address in addresses
         if desired.kind is AddressKind.NODE_PORT or desired.owner.service.name == "t":
             assert all(str(r.address) in {"10.1.0.1", "10.1.0.6"} for r in desired.real_servers)
+
+
+def test_external_and_lb_ips_of_a_family_without_cluster_ip_are_skipped() -> None:
+    service = svc(
+        {"type": "LoadBalancer", "externalIPs": ["198.51.100.1", "2001:db8::1"]},
+    ) | {"status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::2"}, {"ip": "203.0.113.1"}]}}}
+    state = run([service])
+    assert {str(k.address) for k in state.virtual_servers} == {
+        "10.96.0.1",
+        "198.51.100.1",
+        "203.0.113.1",
+    }
+
+
+def test_mh_scheduler_hashes_on_source_port_as_kube_proxy() -> None:
+    state = run([svc({})], Settings(scheduler="mh"))
+    assert state.virtual_servers[vs("TCP", "10.96.0.1", 80)].server.flags == ServiceFlags.SCHED2
+
+
+def test_nodeport_never_on_loopback_or_ipv6_link_local() -> None:
+    node = NODE | {
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": "192.168.0.1"},
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "InternalIP", "address": "fe80::1"},
+            ]
+        }
+    }
+    service = svc({"type": "NodePort", "ports": [{"name": "p", "port": 80, "nodePort": 30001}]})
+    snapshot, _ = snapshot_from_objects([node, service], "node-a")
+    wide = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+    state = translate(snapshot, Settings(nodeport_addresses=wide))
+    assert {str(a) for a in state.node_addresses} == {"192.168.0.1"}
+
+
+def test_health_check_node_port_only_for_local_load_balancers() -> None:
+    spec = {"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}
+    state = run([svc({"type": "NodePort", **spec}), svc({"type": "LoadBalancer", **spec}, "lb")])
+    assert {key.name: port for key, port in state.health_check_node_ports.items()} == {"lb": 32000}
+
+
+NODE_PORT_SERVICE = svc(
+    {"type": "NodePort", "ports": [{"name": "p", "port": 80, "nodePort": 30001}]}
+)
+DUAL_NODE = NODE | {
+    "status": {
+        "addresses": [
+            {"type": "InternalIP", "address": "192.168.0.1"},
+            {"type": "ExternalIP", "address": "198.51.100.20"},
+            {"type": "InternalIP", "address": "fd00::10"},
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([], {"192.168.0.1", "198.51.100.20"}),
+        (["198.51.100.0/24"], {"198.51.100.20"}),
+        (["198.51.100.20/8", " 10.0.0.0/8"], {"198.51.100.20"}),
+        # primary: the node's first address of each family the service has
+        (["primary"], {"192.168.0.1"}),
+    ],
+)
+def test_nodeport_addresses_flag(values: list[str], expected: set[str]) -> None:
+    networks, primary = parse_nodeport_addresses(values)
+    snapshot, _ = snapshot_from_objects([DUAL_NODE, NODE_PORT_SERVICE], "node-a")
+    state = translate(snapshot, Settings(nodeport_addresses=networks, nodeport_primary=primary))
+    assert {str(a) for a in state.node_addresses} == expected
+
+
+@pytest.mark.parametrize("values", [["primary", "10.0.0.0/8"], ["10.0.0.0/33"], ["x"]])
+def test_nodeport_addresses_flag_rejects_what_kube_proxy_rejects(values: list[str]) -> None:
+    with pytest.raises(ValueError, match=r"primary|CIDR"):
+        parse_nodeport_addresses(values)
+
+
+def test_no_node_port_on_an_address_bound_to_kube_ipvs0() -> None:
+    clashing = svc({"clusterIP": "192.168.0.1"}, name="clash")
+    state = run([NODE_PORT_SERVICE, clashing])
+    assert vs("TCP", "192.168.0.1", 30001) not in state.virtual_servers
+    assert vs("TCP", "192.168.0.1", 80) in state.virtual_servers
+    assert state.node_addresses == frozenset()
+    assert [r.object for r in state.rejections] == ["Node address 192.168.0.1"]
+
+
+def test_ingress_ips_count_whatever_the_type_says_as_kube_proxy() -> None:
+    service = svc({}) | {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}}
+    state = run([service])
+    assert state.virtual_servers[vs("TCP", "203.0.113.9", 80)].kind is AddressKind.LOAD_BALANCER
