@@ -88,7 +88,15 @@ _PROXY_FLAGS = (
     click.option("--cluster-cidr", metavar="CIDRS",
                  help="The pods' CIDR, or a comma-separated dual-stack pair."),
     click.option("--nodeport-addresses", metavar="CIDRS",
-                 help="Comma-separated CIDRs of the node addresses that serve NodePorts."),
+                 help="Comma-separated CIDRs of the node addresses that serve NodePorts, "
+                 "or 'primary'."),
+    click.option("--detect-local-mode", metavar="MODE",
+                 help="How pod traffic is told apart: ClusterCIDR, NodeCIDR, BridgeInterface "
+                 "or InterfaceNamePrefix [default: ClusterCIDR]."),
+    click.option("--pod-bridge-interface", metavar="NAME",
+                 help="The pods' bridge, for --detect-local-mode=BridgeInterface."),
+    click.option("--pod-interface-name-prefix", metavar="PREFIX",
+                 help="The pods' interface prefix, for --detect-local-mode=InterfaceNamePrefix."),
 )  # fmt: skip
 
 

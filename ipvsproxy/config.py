@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
-from ipvsproxy.translate.settings import Settings
+from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
 KIND = "KubeProxyConfiguration"
@@ -34,7 +34,9 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "clientConnection.kubeconfig": ("--kubeconfig", "str"),
     "mode": (None, "str"),
     "clusterCIDR": ("--cluster-cidr", "str"),
-    "detectLocalMode": (None, "str"),
+    "detectLocalMode": ("--detect-local-mode", "str"),
+    "detectLocal.bridgeInterface": ("--pod-bridge-interface", "str"),
+    "detectLocal.interfaceNamePrefix": ("--pod-interface-name-prefix", "str"),
     "nodePortAddresses": ("--nodeport-addresses", "list"),
     "healthzBindAddress": (None, "str"),
     "metricsBindAddress": (None, "str"),
@@ -69,7 +71,6 @@ IGNORED_FIELDS = frozenset(
         "ipvs.udpTimeout",
         "nftables",
         "winkernel",
-        "detectLocal",
         "oomScoreAdj",
         "conntrack",
         "configSyncPeriod",
@@ -159,15 +160,15 @@ def _cluster_cidrs(value: str, label: str) -> tuple[IPNetwork, ...]:
     return cidrs
 
 
-def _nodeport_addresses(values: list[str], label: str) -> tuple[IPNetwork, ...]:
-    # "all" is kube-proxy's IPVS default (every node address), which an empty filter means.
+def _nodeport_addresses(values: list[str], label: str) -> tuple[tuple[IPNetwork, ...], bool]:
+    """(CIDRs, primary); "all" is kube-proxy's IPVS default, which no filter means."""
     texts = [v.strip() for v in values if v.strip()]
     if texts == ["all"]:
-        return ()
-    keywords = sorted({v for v in texts if "/" not in v})
-    if keywords:
-        raise ConfigError(f"{label} {','.join(values)}: {keywords[0]!r} is not supported")
-    return parse_cidrs(values, label)
+        return (), False
+    try:
+        return parse_nodeport_addresses(texts)
+    except ValueError as error:
+        raise ConfigError(f"{label} {','.join(values)}: {error}") from None
 
 
 def _check_type(path: str, value: Any, kind: str, label: str) -> Any:
@@ -269,9 +270,13 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     mode = values.get("mode", "")
     if mode not in ("", "ipvs"):
         raise ConfigError(f"{origin['mode']} {mode!r}: ipvsproxy only implements the ipvs mode")
-    detect = values["detectLocalMode"]
-    if detect not in ("", "ClusterCIDR"):
-        raise ConfigError(f"{origin['detectLocalMode']} {detect!r}: only ClusterCIDR is supported")
+    try:
+        detect = LocalDetectMode(values["detectLocalMode"])
+    except ValueError:
+        known = ", ".join(mode.value for mode in LocalDetectMode)
+        raise ConfigError(
+            f"{origin['detectLocalMode']} {values['detectLocalMode']!r} is not one of {known}"
+        ) from None
     scheduler = values["ipvs.scheduler"]
     if scheduler not in SCHEDULERS:
         known = ", ".join(sorted(SCHEDULERS))
@@ -289,11 +294,16 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
         )
     kubeconfig = values.get("clientConnection.kubeconfig")
+    nodeport_addresses, nodeport_primary = _nodeport_addresses(
+        values.get("nodePortAddresses", []), origin["nodePortAddresses"]
+    )
     settings = Settings(
         scheduler=scheduler,
-        nodeport_addresses=_nodeport_addresses(
-            values.get("nodePortAddresses", []), origin["nodePortAddresses"]
-        ),
+        nodeport_addresses=nodeport_addresses,
+        nodeport_primary=nodeport_primary,
+        detect_local_mode=detect,
+        bridge_interface=values.get("detectLocal.bridgeInterface", ""),
+        interface_name_prefix=values.get("detectLocal.interfaceNamePrefix", ""),
         masquerade_all=bool(values.get("iptables.masqueradeAll", False)),
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),

@@ -17,6 +17,7 @@ from ipvsproxy.config import (
     parse_duration,
     resolve,
 )
+from ipvsproxy.translate.settings import LocalDetectMode
 
 HEADER = f"apiVersion: {API_VERSION}\nkind: {KIND}\n"
 
@@ -71,6 +72,30 @@ FIELD_CASES: list[tuple[str, dict[str, Any], str, Any]] = [
         (net("10.0.0.0/8"),),
     ),
     ("nodePortAddresses: [all]", {"nodeport_addresses": "all"}, "settings.nodeport_addresses", ()),
+    (
+        "nodePortAddresses: [primary]",
+        {"nodeport_addresses": "primary"},
+        "settings.nodeport_primary",
+        True,
+    ),
+    (
+        "detectLocalMode: NodeCIDR",
+        {"detect_local_mode": "NodeCIDR"},
+        "settings.detect_local_mode",
+        LocalDetectMode.NODE_CIDR,
+    ),
+    (
+        "detectLocal:\n  bridgeInterface: cbr0",
+        {"pod_bridge_interface": "cbr0"},
+        "settings.bridge_interface",
+        "cbr0",
+    ),
+    (
+        "detectLocal:\n  interfaceNamePrefix: veth",
+        {"pod_interface_name_prefix": "veth"},
+        "settings.interface_name_prefix",
+        "veth",
+    ),
 ]
 
 FILE_ONLY_CASES: list[tuple[str, str, Any]] = [
@@ -194,7 +219,7 @@ def test_ignored_and_used_fields_do_not_overlap() -> None:
         (HEADER, "ipvs:\n  syncPeriod: 30", "ipvs.syncPeriod must be a duration"),
         (HEADER, "ipvs:\n  syncPeriod: 30x", "ipvs.syncPeriod '30x': not a duration"),
         (HEADER, "clusterCIDR: 10.0.0.0/33", "clusterCIDR 10.0.0.0/33: not a CIDR"),
-        (HEADER, "detectLocalMode: NodeCIDR", "'NodeCIDR': only ClusterCIDR is supported"),
+        (HEADER, "detectLocalMode: Nearby", "detectLocalMode 'Nearby' is not one of ClusterCIDR"),
     ],
 )
 def test_bad_files_fail_in_one_line_naming_the_field(
@@ -224,7 +249,11 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
             "--cluster-cidr 10.0.0.0/8,10.1.0.0/16: at most one CIDR per IP family",
         ),
         ("--ipvs-exclude-cidrs", "10.0.0.0/8,bogus", "--ipvs-exclude-cidrs bogus: not a CIDR"),
-        ("--nodeport-addresses", "primary", "--nodeport-addresses primary: 'primary' is not"),
+        (
+            "--nodeport-addresses",
+            "primary,10.0.0.0/8",
+            "--nodeport-addresses primary,10.0.0.0/8: 'primary': can't use both",
+        ),
         ("--ipvs-scheduler", "x", "--ipvs-scheduler 'x' is not one of"),
         ("--hostname-override", "  ", "--hostname-override '  ': an empty name is invalid"),
     ],
