@@ -81,7 +81,7 @@ def sync(
         _fail(str(error))
     desired = translate(snapshot, Settings(scheduler=ipvs_scheduler))
     desired = replace(desired, rejections=(*rejections, *desired.rejections))
-    ops = plan_ipvs(desired, {}, owned_addresses(desired, ()))
+    ops = plan_ipvs(desired, {}, owned_addresses(desired, ())).ops
     if output == "json":
         click.echo(plan_json(ops, desired))
     else:

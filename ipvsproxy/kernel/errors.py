@@ -1,0 +1,18 @@
+"""The exceptions a kernel call raises when the kernel refuses it, as an OpError."""
+
+from __future__ import annotations
+
+import os
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ipvsproxy.model import OpError
+
+# What a single (unbatched) kernel call raises for a refusal; anything else is a bug.
+KERNEL_ERRORS: tuple[type[Exception], ...] = (OSError, NetlinkError)
+
+
+def refusal(error: Exception) -> OpError:
+    code = getattr(error, "errno", None) or getattr(error, "code", None) or 0
+    message = os.strerror(code) if code else str(error)
+    return OpError(code, message)
