@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
+from ipvsproxy.kernel.conntrack import FakeConntrack
 from ipvsproxy.kernel.interfaces import AddressKernel, IPVSKernel
+from ipvsproxy.kernel.ipsets import FakeIPSets
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.model import DeleteVirtualServer
 
@@ -44,3 +46,19 @@ def addresses() -> Iterator[AddressKernel]:
     finally:
         kernel.delete_interface(TEST_INTERFACE)
         kernel.close()
+
+
+@pytest.fixture
+def ipsets() -> Iterator[FakeIPSets]:
+    yield FakeIPSets()
+
+
+@pytest.fixture
+def conntrack() -> Iterator[FakeConntrack]:
+    yield FakeConntrack()
+
+
+@pytest.fixture
+def hold(ipsets: FakeIPSets) -> Callable[[str], None]:
+    """Make a set in use, as an iptables rule that matches on it does."""
+    return ipsets.hold
