@@ -444,7 +444,8 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # Node addresses that carry NodePort virtual servers; never bound on kube-ipvs0.
+    # Node addresses NodePorts are served on (whether any NodePort exists now or not), so
+    # virtual servers left on them are ours to clean; never bound on kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]

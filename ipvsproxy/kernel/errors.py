@@ -14,5 +14,6 @@ KERNEL_ERRORS: tuple[type[Exception], ...] = (OSError, NetlinkError)
 
 def refusal(error: Exception) -> OpError:
     code = getattr(error, "errno", None) or getattr(error, "code", None) or 0
-    message = os.strerror(code) if code else str(error)
+    # OSError's strerror carries the kernel layer's own wording (ipset errnos have no strerror).
+    message = getattr(error, "strerror", None) or (os.strerror(code) if code else str(error))
     return OpError(code, message)

@@ -31,6 +31,7 @@ from ipvsproxy.reconcile.operations import (
     IPSetOp,
     PlanOp,
     RestoreIptables,
+    virtual_of,
 )
 from ipvsproxy.reconcile.syncplan import SyncPlan
 
@@ -61,19 +62,6 @@ class ApplyOutcome:
     # Ops not tried because an earlier one they depend on failed; planned again next sync.
     held_back: tuple[PlanOp, ...]
     writes: int
-
-
-def _virtual_of(op: IPVSOp) -> VirtualServerKey:
-    match op:
-        case AddVirtualServer(server) | UpdateVirtualServer(server):
-            return server.key
-        case DeleteVirtualServer(key):
-            return key
-        case (
-            AddRealServer(virtual, _) | UpdateRealServer(virtual, _) | DeleteRealServer(virtual, _)
-        ):
-            return virtual
-    raise TypeError(f"not an IPVS op: {op!r}")
 
 
 @dataclass
@@ -135,7 +123,7 @@ class _Applier:
             self.batch(ops, self.kernel.ipvs.apply(ops))
 
     def failed_virtual_servers(self) -> set[VirtualServerKey]:
-        return {_virtual_of(f.op) for f in self.failures if isinstance(f.op, IPVS_OPS)}
+        return {virtual_of(f.op) for f in self.failures if isinstance(f.op, IPVS_OPS)}
 
     def hold(self, op: PlanOp) -> None:
         self.held_back.append(op)
@@ -162,8 +150,8 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
         run.call(RestoreIptables(ruleset), partial(kernel.iptables.restore, ruleset))
     run.ipvs(plan.ipvs.changes)
     troubled = run.failed_virtual_servers()
-    removals = [op for op in plan.ipvs.removals if _virtual_of(op) not in troubled]
-    run.held_back.extend(op for op in plan.ipvs.removals if _virtual_of(op) in troubled)
+    removals = [op for op in plan.ipvs.removals if virtual_of(op) not in troubled]
+    run.held_back.extend(op for op in plan.ipvs.removals if virtual_of(op) in troubled)
     run.ipvs([*removals, *plan.ipvs.stale])
     deleted = {op for op in run.applied if isinstance(op, DeleteRealServer | DeleteVirtualServer)}
     for flush in plan.ipvs.flushes:
@@ -174,7 +162,7 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
         else:
             run.hold(flush)
     kept: set[IPAddress] = {
-        _virtual_of(f.op).address for f in run.failures if isinstance(f.op, DeleteVirtualServer)
+        virtual_of(f.op).address for f in run.failures if isinstance(f.op, DeleteVirtualServer)
     }
     unbind = [op for op in plan.unbind if op.address not in kept]
     run.held_back.extend(op for op in plan.unbind if op.address in kept)

@@ -27,6 +27,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.reconcile.ipsets import canonical_entries
 from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,
     CreateIPSet,
@@ -60,7 +61,9 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
     }
     addresses = set(desired.bound_addresses)
     ipsets = {name: content.spec for name, content in desired.ipsets.items()}
-    entries = {(name, e) for name, content in desired.ipsets.items() for e in content.entries}
+    entries = {
+        (name, e) for name, content in desired.ipsets.items() for e in canonical_entries(content)
+    }
     iptables = {ruleset.family: ruleset for ruleset in desired.iptables}
     interface = True
     for op in failed_ops:

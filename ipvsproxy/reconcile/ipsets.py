@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ipvsproxy.model import IPSetContent
+from ipvsproxy.kernel.ipset_entries import EntryError, parse_entry
+from ipvsproxy.model import IPSetContent, IPSetSpec
 from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
     IPSetOp,
 )
+
+
+def _canonical(spec: IPSetSpec, entry: str) -> str:
+    try:
+        return str(parse_entry(entry, spec.set_type, spec.family))
+    except EntryError:
+        return entry
+
+
+def canonical_entries(content: IPSetContent) -> frozenset[str]:
+    """The entries as the kernel lists them, so equal entries compare equal; bad ones as given."""
+    return frozenset(_canonical(content.spec, entry) for entry in content.entries)
 
 
 def plan_ipsets(
@@ -26,8 +39,9 @@ def plan_ipsets(
             have: frozenset[str] = frozenset()
         else:
             have = current.entries
-        if missing := wanted.entries - have:
+        entries = canonical_entries(wanted)
+        if missing := entries - have:
             ops.append(AddIPSetEntries(name, tuple(sorted(missing))))
-        if extra := have - wanted.entries:
+        if extra := have - entries:
             ops.append(DeleteIPSetEntries(name, tuple(sorted(extra))))
     return tuple(ops)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ipvsproxy.model import (
+    AddRealServer,
     AddressOp,
+    AddVirtualServer,
+    DeleteRealServer,
+    DeleteVirtualServer,
     IPSetSpec,
     IptablesRuleset,
     IPVSOp,
     RealServerKey,
+    UpdateRealServer,
+    UpdateVirtualServer,
     VirtualServerKey,
 )
 
@@ -68,3 +74,15 @@ class FlushConntrack:
 
 
 PlanOp = EnsureInterface | AddressOp | IPSetOp | RestoreIptables | IPVSOp | FlushConntrack
+
+
+def virtual_of(op: IPVSOp) -> VirtualServerKey:
+    """The virtual server an IPVS op writes, or whose real server it writes."""
+    match op:
+        case AddVirtualServer(server) | UpdateVirtualServer(server):
+            return server.key
+        case DeleteVirtualServer(key):
+            return key
+        case AddRealServer(virtual) | UpdateRealServer(virtual) | DeleteRealServer(virtual):
+            return virtual
+    raise TypeError(f"not an IPVS op: {op!r}")

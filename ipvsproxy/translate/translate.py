@@ -144,7 +144,7 @@ def _service_servers(
     *,
     hairpin: dict[VirtualServerKey, frozenset[str]],
     local_external: set[VirtualServerKey],
-) -> tuple[dict[VirtualServerKey, DesiredVirtualServer], set[IPAddress], set[IPAddress]]:
+) -> tuple[dict[VirtualServerKey, DesiredVirtualServer], set[IPAddress]]:
     """This service's virtual servers; fills ``hairpin`` and ``local_external`` for the ipsets."""
     scheduler = _scheduler(service, settings)
     flags = ServiceFlags.PERSISTENT if service.session_affinity_timeout else ServiceFlags.NONE
@@ -162,7 +162,6 @@ def _service_servers(
     families = {IPFamily.of(ip) for ip in cluster_ips}
     servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
     bound: set[IPAddress] = set()
-    nodes: set[IPAddress] = set()
     for port in service.ports:
         owner = ServicePortName(service.key, port.name, port.protocol)
         targets: list[tuple[IPAddress, int, AddressKind, bool]] = []
@@ -194,8 +193,9 @@ def _service_servers(
                 owner=owner,
                 kind=kind,
             )
-            (nodes if kind is AddressKind.NODE_PORT else bound).add(address)
-    return servers, bound, nodes
+            if kind is not AddressKind.NODE_PORT:
+                bound.add(address)
+    return servers, bound
 
 
 def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
@@ -215,7 +215,6 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     node_addresses = _node_addresses(snapshot, settings)
     servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
     bound: set[IPAddress] = set()
-    nodes: set[IPAddress] = set()
     health_checks: dict[ObjectKey, int] = {}
     hairpin: dict[VirtualServerKey, frozenset[str]] = {}
     local_external: set[VirtualServerKey] = set()
@@ -229,7 +228,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         service_hairpin: dict[VirtualServerKey, frozenset[str]] = {}
         service_local: set[VirtualServerKey] = set()
         try:
-            found, found_bound, found_nodes = _service_servers(
+            found, found_bound = _service_servers(
                 service,
                 slices_by_service.get(key, []),
                 snapshot,
@@ -250,7 +249,6 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         hairpin.update(service_hairpin)
         local_external |= service_local
         bound |= found_bound
-        nodes |= found_nodes
         if (
             service.external_traffic_policy is TrafficPolicy.LOCAL
             and service.health_check_node_port
@@ -259,7 +257,8 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     return DesiredState(
         virtual_servers=MappingProxyType(servers),
         bound_addresses=frozenset(bound),
-        node_addresses=frozenset(nodes),
+        # All of them, NodePorts or not: the reconciler owns (and so cleans) what is on them.
+        node_addresses=frozenset(node_addresses),
         ipsets=MappingProxyType(
             build_ipsets(
                 servers, frozenset(local_external), hairpin, frozenset(health_checks.values())
