@@ -68,8 +68,11 @@ class IPSetKernel(Protocol):
 
 
 class IptablesKernel(Protocol):
-    def restore(self, ruleset: IptablesRuleset) -> None:
-        """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them."""
+    def restore(self, ruleset: IptablesRuleset) -> bool:
+        """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them.
+
+        True when it wrote; False when the kernel already held exactly these chains and jumps.
+        """
         ...
 
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:

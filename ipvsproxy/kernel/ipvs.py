@@ -1,8 +1,8 @@
 """IPVS virtual servers: the real kernel over generic netlink, and an in-memory fake.
 
-``NetlinkIPVS`` encodes requests with pyroute2's message classes but sends them on its own
-netlink socket, many per ``sendmsg``, and matches each ack to its op by sequence number, so
-one refused op becomes that op's ``OpError`` while the rest still apply.
+``NetlinkIPVS`` encodes requests with pyroute2's message classes but sends them through a
+``BatchSocket``, many per ``sendmsg``, so one refused op becomes that op's ``OpError`` while
+the rest still apply.
 """
 
 from __future__ import annotations
@@ -12,13 +12,22 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyroute2 import IPVS
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
+from ipvsproxy.kernel.netlink import (
+    BATCH_SIZE,
+    NETLINK_GENERIC,
+    NLM_F_CREATE,
+    NLM_F_DUMP,
+    NLM_F_EXCL,
+    BatchSocket,
+    attribute,
+)
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,
@@ -43,22 +52,6 @@ from ipvsproxy.model import (
     VirtualServerKey,
     VirtualServerState,
 )
-
-NETLINK_GENERIC = 16
-NLM_F_REQUEST = 0x01
-NLM_F_MULTI = 0x02
-NLM_F_ACK = 0x04
-NLM_F_EXCL = 0x200
-NLM_F_CREATE = 0x400
-NLM_F_DUMP = 0x300
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-SOL_NETLINK = 270
-NETLINK_CAP_ACK = 10
-NLMSG_HEADER = struct.Struct("=IHHII")
-# Acks of one sendmsg queue on our socket until we read them; keep a batch well inside it.
-BATCH_SIZE = 256
-RECEIVE_BUFFER = 8 * 1024 * 1024
 
 IP_PROTOCOLS = {
     Protocol.TCP: socket.IPPROTO_TCP,
@@ -183,12 +176,9 @@ def _encode_value(name: str, value: Any) -> bytes:
 
 
 def _encode_attrs(attrs: list[tuple[str, Any]]) -> bytes:
-    encoded = []
-    for name, value in attrs:
-        payload = _encode_value(name, value)
-        encoded.append(struct.pack("=HH", 4 + len(payload), ATTRIBUTE_TYPES[name]) + payload)
-        encoded.append(b"\0" * (-len(payload) % 4))
-    return b"".join(encoded)
+    return b"".join(
+        attribute(ATTRIBUTE_TYPES[name], _encode_value(name, value)) for name, value in attrs
+    )
 
 
 def _stats(attrs: Any) -> TrafficStats:
@@ -254,13 +244,7 @@ class NetlinkIPVS:
             self._family_id: int = resolver.prid
         finally:
             resolver.close()
-        self._batch_size = batch_size
-        self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-        # Error acks then carry only the failed request's header, not its whole body.
-        self._socket.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
-        self._socket.bind((0, 0))
-        self._sequence = 0
+        self._socket = BatchSocket(NETLINK_GENERIC, batch_size)
 
     def close(self) -> None:
         self._socket.close()
@@ -271,66 +255,25 @@ class NetlinkIPVS:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _encode(self, command: int, flags: int, attrs: list[tuple[str, Any]]) -> tuple[int, bytes]:
-        self._sequence = (self._sequence + 1) & 0xFFFFFFFF
-        body = struct.pack("=BBH", command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
-        header = NLMSG_HEADER.pack(
-            NLMSG_HEADER.size + len(body), self._family_id, flags, self._sequence, 0
-        )
-        return self._sequence, header + body
-
-    def _messages(self) -> Iterator[tuple[int, int, int, bytes]]:
-        """(type, flags, sequence, whole message) for each message of one recv."""
-        data = self._socket.recv(1 << 20)
-        offset = 0
-        while offset + NLMSG_HEADER.size <= len(data):
-            length, kind, flags, sequence, _ = NLMSG_HEADER.unpack_from(data, offset)
-            yield kind, flags, sequence, data[offset : offset + length]
-            offset += (length + 3) & ~3
+    def _body(self, command: int, attrs: list[tuple[str, Any]]) -> bytes:
+        return struct.pack("=BBH", command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        results: BatchResult = []
-        for start in range(0, len(ops), self._batch_size):
-            results.extend(self._apply_batch(ops[start : start + self._batch_size]))
-        return results
-
-    def _apply_batch(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        index_by_sequence: dict[int, int] = {}
-        chunks: list[bytes] = []
-        for index, op in enumerate(ops):
+        requests = []
+        for op in ops:
             command, flags, attrs = _request(op)
-            sequence, data = self._encode(command, NLM_F_REQUEST | NLM_F_ACK | flags, attrs)
-            index_by_sequence[sequence] = index
-            chunks.append(data)
-        self._socket.sendall(b"".join(chunks))
-        results: BatchResult = [None] * len(ops)
-        pending = set(index_by_sequence)
-        while pending:
-            for kind, _, sequence, data in self._messages():
-                if kind != NLMSG_ERROR or sequence not in pending:
-                    continue
-                pending.discard(sequence)
-                (code,) = struct.unpack_from("=i", data, NLMSG_HEADER.size)
-                if code:
-                    results[index_by_sequence[sequence]] = OpError(-code, os.strerror(-code))
-        return results
+            requests.append((self._family_id, flags, self._body(command, attrs)))
+        return self._socket.apply(requests)
 
     def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[Any]:
-        sequence, data = self._encode(command, NLM_F_REQUEST | NLM_F_DUMP, attrs)
-        self._socket.sendall(data)
-        decoded: list[Any] = []
-        while True:
-            for kind, _, reply_sequence, message in self._messages():
-                if reply_sequence != sequence:
-                    continue
-                if kind == NLMSG_DONE:
-                    return decoded
-                if kind == NLMSG_ERROR:
-                    (code,) = struct.unpack_from("=i", message, NLMSG_HEADER.size)
-                    raise OSError(-code, os.strerror(-code))
-                reply = genl_ipvs.ipvsmsg(message)
-                reply.decode()
-                decoded.append(reply)
+        decoded = []
+        for message in self._socket.request(
+            self._family_id, NLM_F_DUMP, self._body(command, attrs)
+        ):
+            reply = genl_ipvs.ipvsmsg(message)
+            reply.decode()
+            decoded.append(reply)
+        return decoded
 
     def dump(self) -> IPVSTable:
         table: dict[VirtualServerKey, VirtualServerState] = {}

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack
-from ipvsproxy.kernel.interfaces import AddressKernel, IPVSKernel
-from ipvsproxy.kernel.ipsets import FakeIPSets
+from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
+from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
+from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
+from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables_command import CommandNetfilter, binary
+from ipvsproxy.kernel.iptables_text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
-from ipvsproxy.model import DeleteVirtualServer
+from ipvsproxy.model import DeleteVirtualServer, IPFamily
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
 # Not kube-ipvs0, so the suite never disturbs a proxy running in the same kernel.
 TEST_INTERFACE = "ipvsp-test0"
+# A chain of our own whose rules hold references to sets.
+HOLD_CHAIN = "IPVSP-TEST-HOLD"
 
 
 @pytest.fixture
@@ -49,16 +56,82 @@ def addresses() -> Iterator[AddressKernel]:
 
 
 @pytest.fixture
-def ipsets() -> Iterator[FakeIPSets]:
-    yield FakeIPSets()
+def ipsets() -> Iterator[IPSetKernel]:
+    if not IN_LAB:
+        yield FakeIPSets()
+        return
+    kernel = NetlinkIPSets()
+    before = set(kernel.list_sets())
+    try:
+        yield kernel
+    finally:
+        for name in set(kernel.list_sets()) - before:
+            kernel.destroy(name)
+        kernel.close()
 
 
 @pytest.fixture
-def conntrack() -> Iterator[FakeConntrack]:
-    yield FakeConntrack()
+def conntrack() -> Iterator[FakeConntrack | NetlinkConntrack]:
+    if not IN_LAB:
+        yield FakeConntrack()
+        return
+    kernel = NetlinkConntrack()
+    before = kernel.flows()
+    try:
+        yield kernel
+    finally:
+        # Seeded flows would live on for minutes: delete what this test left.
+        for flow in kernel.flows() - before:
+            kernel.delete_entries(flow.service.protocol, flow.service, flow.endpoint)
+        kernel.close()
 
 
 @pytest.fixture
-def hold(ipsets: FakeIPSets) -> Callable[[str], None]:
-    """Make a set in use, as an iptables rule that matches on it does."""
-    return ipsets.hold
+def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
+    """Make a set in use: an iptables rule that matches on it (held in memory by the fake)."""
+    if isinstance(ipsets, FakeIPSets):
+        yield ipsets.hold
+        return
+    iptables = shutil.which("iptables-legacy") or "iptables"
+    chain = ("-t", "filter", "-w")
+    subprocess.run([iptables, *chain, "-N", HOLD_CHAIN], check=True)
+    try:
+        yield lambda name: subprocess.run(
+            [iptables, *chain, "-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"],
+            check=True,
+        )
+    finally:
+        subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
+        subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)
+
+
+# Sets the iptables contract rules match; the kernel refuses rules naming a missing set.
+TEST_IPSETS = {IPFamily.IPV4: "IPVSP-TEST", IPFamily.IPV6: "IPVSP-TEST-6"}
+
+
+def _run(*command: str, stdin: str = "") -> None:
+    subprocess.run(command, input=stdin, text=True, check=True, capture_output=True)
+
+
+@pytest.fixture
+def iptables() -> Iterator[IptablesRestore | FakeIptables]:
+    if not IN_LAB:
+        yield FakeIptables(ipset_names=lambda: set(TEST_IPSETS.values()))
+        return
+    for family, name in TEST_IPSETS.items():
+        inet = "inet" if family is IPFamily.IPV4 else "inet6"
+        _run("ipset", "create", name, "hash:ip,port", "family", inet, "-exist")
+    kernel = IptablesRestore()
+    saved = {family: kernel.netfilter.save(family) for family in IPFamily}
+    try:
+        yield kernel
+    finally:
+        # The lab kernel is shared by the whole session: put every table back as it was.
+        backend = CommandNetfilter().backend
+        for family, text in saved.items():
+            # A table never used before is missing from the save: restore it empty.
+            tables: Tables = {t: {c: [] for c in BUILTIN_CHAINS[t]} for t in ("nat", "filter")}
+            tables.update(parse_save(text))
+            _run(binary(backend, family, "restore"), "--wait", stdin=render_save(tables))
+        for name in TEST_IPSETS.values():
+            _run("ipset", "destroy", name)

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
+from ipvsproxy.kernel.conntrack import FakeConntrack, Flow, NetlinkConntrack
 from ipvsproxy.model import Protocol, RealServerKey, VirtualServerKey
 
 FAMILIES = {
@@ -27,7 +27,9 @@ def _flows(family: str, protocol: Protocol) -> tuple[VirtualServerKey, Flow, Flo
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_deletes_exactly_the_flows_of_one_endpoint(conntrack: FakeConntrack, family: str) -> None:
+def test_deletes_exactly_the_flows_of_one_endpoint(
+    conntrack: FakeConntrack | NetlinkConntrack, family: str
+) -> None:
     service, gone, staying = _flows(family, Protocol.UDP)
     conntrack.add_flow(gone)
     conntrack.add_flow(staying)
@@ -40,7 +42,9 @@ def test_deletes_exactly_the_flows_of_one_endpoint(conntrack: FakeConntrack, fam
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_deleting_nothing_returns_zero(conntrack: FakeConntrack, family: str) -> None:
+def test_deleting_nothing_returns_zero(
+    conntrack: FakeConntrack | NetlinkConntrack, family: str
+) -> None:
     service, flow, other = _flows(family, Protocol.UDP)
     conntrack.add_flow(flow)
 
@@ -50,7 +54,9 @@ def test_deleting_nothing_returns_zero(conntrack: FakeConntrack, family: str) ->
     assert flow in conntrack.flows()
 
 
-def test_a_tcp_flow_is_not_deleted_by_a_udp_request(conntrack: FakeConntrack) -> None:
+def test_a_tcp_flow_is_not_deleted_by_a_udp_request(
+    conntrack: FakeConntrack | NetlinkConntrack,
+) -> None:
     service, tcp_flow, _ = _flows("IPv4", Protocol.TCP)
     conntrack.add_flow(tcp_flow)
 
@@ -61,7 +67,7 @@ def test_a_tcp_flow_is_not_deleted_by_a_udp_request(conntrack: FakeConntrack) ->
     assert tcp_flow not in conntrack.flows()
 
 
-def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack) -> None:
+def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | NetlinkConntrack) -> None:
     service, flow, _ = _flows("IPv4", Protocol.UDP)
     for port in range(40001, 40006):
         conntrack.add_flow(Flow(service, flow.endpoint, flow.client, port))

@@ -1,0 +1,207 @@
+"""Our iptables chains and their jumps, written whole and only when the kernel differs.
+
+``IptablesRestore`` drives the iptables-save / iptables-restore binaries (backend detected as
+kube-proxy's iptables-wrapper does); ``FakeIptables`` drives tables in memory that read the
+same restore text. Both share everything above those two calls, so the fake tests the text.
+
+A restore writes nothing when the kernel already holds exactly our chains and jumps. The
+kernel prints some rules differently from how they were written (``--or-mark`` comes back as
+``--set-xmark``, ``! -s`` moves first), so a rule set counts as held when the kernel shows
+either its own rendering or what it read back right after we last wrote that same rule set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ipvsproxy.kernel.iptables_command import CommandNetfilter
+from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
+from ipvsproxy.kernel.iptables_text import (
+    Rule,
+    Tables,
+    is_builtin,
+    parse_save,
+    render_rule,
+    table_block,
+    target,
+)
+from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
+
+# The chains kube-proxy's IPVS mode owns and deletes on cleanup; other KUBE-* chains
+# (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
+OUR_CHAINS: Mapping[str, frozenset[str]] = {
+    "nat": frozenset(
+        {
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        }
+    ),
+    "filter": frozenset(
+        {
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+            "KUBE-IPVS-FILTER",
+            "KUBE-IPVS-OUT-FILTER",
+        }
+    ),
+}
+
+
+class Netfilter(Protocol):
+    def save(self, family: IPFamily) -> str:
+        """Every table, as iptables-save prints it."""
+        ...
+
+    def restore(self, family: IPFamily, text: str) -> None:
+        """One iptables-restore --noflush; raises IptablesError when refused."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What the kernel holds of one rule set: its chains (None: missing) and the jumps to them."""
+
+    chains: Mapping[tuple[str, str], tuple[Rule, ...] | None]
+    jumps: Mapping[tuple[str, str], tuple[Rule, ...]]
+
+
+def _jump_rule(jump: IptablesJump) -> Rule:
+    return (*jump.match, "-m", "comment", "--comment", jump.comment, "-j", jump.target)
+
+
+def _jump_targets(ruleset: IptablesRuleset, table: str) -> frozenset[str]:
+    named = {jump.target for jump in ruleset.jumps if jump.table == table}
+    return frozenset(ruleset.chains.get(table, {})) | named
+
+
+def _desired(ruleset: IptablesRuleset) -> _View:
+    jumps: dict[tuple[str, str], tuple[Rule, ...]] = {}
+    for jump in ruleset.jumps:
+        key = (jump.table, jump.chain)
+        jumps[key] = (*jumps.get(key, ()), _jump_rule(jump))
+    chains = {
+        (table, chain): tuple(rules)
+        for table, table_chains in ruleset.chains.items()
+        for chain, rules in table_chains.items()
+    }
+    return _View(chains, jumps)
+
+
+def _held(tables: Tables, ruleset: IptablesRuleset, desired: _View) -> _View:
+    chains = {
+        (table, chain): (tuple(tables[table][chain]) if chain in tables.get(table, {}) else None)
+        for table, chain in desired.chains
+    }
+    jumps = {
+        (table, chain): tuple(
+            rule
+            for rule in tables.get(table, {}).get(chain, [])
+            if target(rule) in _jump_targets(ruleset, table)
+        )
+        for table, chain in desired.jumps
+    }
+    return _View(chains, jumps)
+
+
+def _restore_text(ruleset: IptablesRuleset, held: _View, expected: _View) -> str:
+    """Our chains whole, and the jumps of each built-in chain whose jumps drifted, first."""
+    tables = sorted(
+        {table for table, _ in expected.chains} | {table for table, _ in expected.jumps}
+    )
+    blocks = []
+    for table in tables:
+        lines = [f":{chain} - [0:0]" for chain in ruleset.chains.get(table, {})]
+        for (jump_table, chain), rules in expected.jumps.items():
+            if jump_table != table or held.jumps[jump_table, chain] == rules:
+                continue
+            lines += [f"-D {chain} {render_rule(rule)}" for rule in held.jumps[table, chain]]
+            wanted = _desired(ruleset).jumps[table, chain]
+            lines += [f"-I {chain} 1 {render_rule(rule)}" for rule in reversed(wanted)]
+        lines += [
+            f"-A {chain} {render_rule(rule)}"
+            for chain, rules in ruleset.chains.get(table, {}).items()
+            for rule in rules
+        ]
+        blocks.append(table_block(table, lines))
+    return "".join(blocks)
+
+
+def _remove_text(tables: Tables, chains: Mapping[str, frozenset[str]]) -> str:
+    blocks = []
+    for table, names in sorted(chains.items()):
+        held = tables.get(table, {})
+        doomed = sorted(name for name in names if name in held and not is_builtin(table, name))
+        if not doomed:
+            continue
+        referrers = [
+            (chain, rule)
+            for chain, rules in held.items()
+            if chain not in doomed
+            and (is_builtin(table, chain) or chain in OUR_CHAINS.get(table, ()))
+            for rule in rules
+            if target(rule) in doomed
+        ]
+        lines = [f"-D {chain} {render_rule(rule)}" for chain, rule in referrers]
+        lines += [f"-F {chain}" for chain in doomed] + [f"-X {chain}" for chain in doomed]
+        blocks.append(table_block(table, lines))
+    return "".join(blocks)
+
+
+class _Iptables:
+    def __init__(self, netfilter: Netfilter) -> None:
+        self.netfilter = netfilter
+        # family -> (the rule set's own view, what the kernel showed right after we wrote it)
+        self._written: dict[IPFamily, tuple[_View, _View]] = {}
+
+    def _tables(self, family: IPFamily) -> Tables:
+        return parse_save(self.netfilter.save(family))
+
+    def restore(self, ruleset: IptablesRuleset) -> bool:
+        family = ruleset.family
+        desired = _desired(ruleset)
+        held = _held(self._tables(family), ruleset, desired)
+        written = self._written.get(family)
+        expected = written[1] if written is not None and written[0] == desired else desired
+        if held in (desired, expected):
+            return False
+        self.netfilter.restore(family, _restore_text(ruleset, held, expected))
+        self._written[family] = (desired, _held(self._tables(family), ruleset, desired))
+        return True
+
+    def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
+        tables = self._tables(family)
+        found = {
+            table: frozenset(names & set(tables.get(table, {})))
+            for table, names in OUR_CHAINS.items()
+        }
+        return {table: names for table, names in found.items() if names}
+
+    def remove(self, family: IPFamily, chains: Mapping[str, frozenset[str]]) -> None:
+        text = _remove_text(self._tables(family), chains)
+        if text:
+            self.netfilter.restore(family, text)
+
+
+class IptablesRestore(_Iptables):
+    """The kernel's tables through iptables-save and iptables-restore --noflush --wait.
+
+    ``backend`` is "legacy" or "nft"; None detects it on first use as kube-proxy does.
+    """
+
+    def __init__(self, backend: str | None = None) -> None:
+        super().__init__(CommandNetfilter(backend))
+
+
+class FakeIptables(_Iptables):
+    """In-memory tables; ``ipset_names`` (when given) lists the sets rules may match."""
+
+    def __init__(self, ipset_names: Callable[[], Collection[str]] | None = None) -> None:
+        self.memory = MemoryNetfilter(ipset_names)
+        super().__init__(self.memory)

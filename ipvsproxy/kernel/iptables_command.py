@@ -1,0 +1,120 @@
+"""iptables-save and iptables-restore as subprocesses, on the backend the node already uses.
+
+The backend is chosen as kubernetes-sigs/iptables-wrappers chooses it, so we write into the
+same tables as kubelet: the flavour holding kubelet's hint chains, else the one holding more
+rules, else nft; a flavour whose save fails (no nf_tables in the kernel) is never chosen.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ipvsproxy.kernel.iptables_text import IptablesError
+from ipvsproxy.model import IPFamily
+
+BACKENDS = ("nft", "legacy")
+HINT_CHAINS = (":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY ")
+PROBE_TIMEOUT_SECONDS = 10
+_FAILED_LINE = re.compile(r"line:? (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one backend's iptables-save showed, over both families."""
+
+    works: bool
+    hint_chains: int = 0
+    rule_lines: int = 0
+
+
+def probe_of(saved: list[str | None]) -> Probe:
+    """``saved``: each family's save output, None where the save failed."""
+    if not saved or saved[0] is None:
+        return Probe(works=False)
+    lines = [line for text in saved if text for line in text.splitlines()]
+    return Probe(
+        works=True,
+        hint_chains=sum(line.startswith(HINT_CHAINS) for line in lines),
+        rule_lines=sum(line.startswith("-") for line in lines),
+    )
+
+
+def choose_backend(probes: Mapping[str, Probe]) -> str:
+    working = [backend for backend in BACKENDS if probes[backend].works]
+    if not working:
+        raise IptablesError("neither iptables-nft-save nor iptables-legacy-save can read tables")
+    hinted = [backend for backend in working if probes[backend].hint_chains]
+    if hinted:
+        return hinted[0]
+    if len(working) == len(BACKENDS) and probes["legacy"].rule_lines > probes["nft"].rule_lines:
+        return "legacy"
+    return working[0]
+
+
+def binary(backend: str, family: IPFamily, tool: str) -> str:
+    """``tool`` is "save" or "restore"."""
+    prefix = "iptables" if family is IPFamily.IPV4 else "ip6tables"
+    return f"{prefix}-{backend}-{tool}"
+
+
+def _run(command: list[str], text: str = "", timeout: float | None = None) -> str:
+    try:
+        done = subprocess.run(
+            command, input=text, capture_output=True, text=True, check=False, timeout=timeout
+        )
+    except FileNotFoundError:
+        raise IptablesError(
+            f"{command[0]} is not installed (install the iptables package)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise IptablesError(f"{command[0]} did not finish in {timeout} s") from None
+    if done.returncode != 0:
+        raise IptablesError(f"{command[0]} failed: {_refusal(done.stderr, text)}")
+    return done.stdout
+
+
+def _refusal(stderr: str, text: str) -> str:
+    """iptables' complaint in one line, with the input line it names."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = [line for line in said if not line.startswith("Try `")] or ["no message"]
+    found = _FAILED_LINE.search(stderr)
+    inputs = text.splitlines()
+    if found and 0 < int(found.group(1)) <= len(inputs):
+        said.append(f"input: {inputs[int(found.group(1)) - 1]}")
+    return "; ".join(said)
+
+
+def _saved_or_none(command: list[str]) -> str | None:
+    try:
+        return _run(command, timeout=PROBE_TIMEOUT_SECONDS)
+    except IptablesError:
+        return None
+
+
+def detect_backend() -> str:
+    return choose_backend(
+        {
+            backend: probe_of([_saved_or_none([binary(backend, f, "save")]) for f in IPFamily])
+            for backend in BACKENDS
+        }
+    )
+
+
+class CommandNetfilter:
+    def __init__(self, backend: str | None = None) -> None:
+        self._backend = backend
+
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            self._backend = detect_backend()
+        return self._backend
+
+    def save(self, family: IPFamily) -> str:
+        return _run([binary(self.backend, family, "save")])
+
+    def restore(self, family: IPFamily, text: str) -> None:
+        _run([binary(self.backend, family, "restore"), "--noflush", "--wait"], text)
