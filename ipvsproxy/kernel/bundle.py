@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack
+from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
 from ipvsproxy.kernel.interfaces import (
     AddressKernel,
     ConntrackKernel,
@@ -16,8 +16,8 @@ from ipvsproxy.kernel.interfaces import (
     IPVSKernel,
     SysctlKernel,
 )
-from ipvsproxy.kernel.ipsets import FakeIPSets
-from ipvsproxy.kernel.iptables import FakeIptables
+from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
+from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
 
@@ -52,6 +52,10 @@ class FakeKernel:
 @contextmanager
 def real_kernel() -> Iterator[Kernel]:
     """The machine's kernel; its netlink sockets close when the block ends."""
-    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
-        with NetlinkConntrack() as conntrack:
-            yield Kernel(ipvs, addresses, ipsets, IptablesRestore(), ProcSysctl(), conntrack)
+    with (
+        NetlinkIPVS() as ipvs,
+        NetlinkAddresses() as addresses,
+        NetlinkIPSets() as ipsets,
+        NetlinkConntrack() as conntrack,
+    ):
+        yield Kernel(ipvs, addresses, ipsets, IptablesRestore(), ProcSysctl(), conntrack)

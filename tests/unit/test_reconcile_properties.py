@@ -69,9 +69,9 @@ def test_one_sync_converges_and_leaves_what_is_not_ours_alone(
     fake = FakeKernel()
     fake.addresses.ensure_interface(DUMMY_INTERFACE)
     fake.addresses.apply(DUMMY_INTERFACE, [BindAddress(a) for a in SERVICE_IPS if a in bound])
-    for key, (scheduler, reals) in actual.items():
+    for key, (scheduler, present) in actual.items():
         fake.ipvs.apply([AddVirtualServer(VirtualServer(key, scheduler))])
-        for real in reals:
+        for real in present:
             fake.ipvs.apply([AddRealServer(key, RealServer(real.key, weight=real.weight))])
             fake.ipvs.set_connections(key, real.key, real.active)
     node_ports = [k for k in wanted if k.address == NODE_IP]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.model import VirtualServerKey
 from ipvsproxy.reconcile.reconciler import Reconciler
