@@ -16,6 +16,11 @@ ENDPOINTS_PER_SERVICE = 10
 NODES = 100
 
 
+def pod_ip(number: int) -> str:
+    """A distinct address per pod, as a cluster has: no parse is shared between endpoints."""
+    return f"10.{128 + number // 65536}.{number // 256 % 256}.{number % 256}"
+
+
 def cluster_objects() -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = [
         {
@@ -52,7 +57,7 @@ def cluster_objects() -> list[dict[str, Any]]:
                 "addressType": "IPv4",
                 "endpoints": [
                     {
-                        "addresses": [f"10.{index // 6554 + 128}.{index % 256}.{n}"],
+                        "addresses": [pod_ip(index * ENDPOINTS_PER_SERVICE + n)],
                         "conditions": {"ready": True, "serving": True, "terminating": False},
                         "nodeName": f"node-{(index + n) % NODES}",
                     }

@@ -444,8 +444,9 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # Node addresses NodePorts are served on (whether any NodePort exists now or not), so
-    # virtual servers left on them are ours to clean; never bound on kube-ipvs0.
+    # The node's own addresses that carry our virtual servers: every NodePort address (whether
+    # a NodePort exists now or not, so what is left on them is ours to clean) and external or
+    # load-balancer IPs the node already has. Never bound on kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     ClusterSnapshot,
     Endpoint,
@@ -38,9 +39,15 @@ class ParseError(ValueError):
     """One object, or one field of it, is malformed; callers turn it into a Rejection."""
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    # JSON decoding gives plain dicts: test for that before the (slow) ABC check.
+    if type(value) is dict:
+        return value
     if value is None:
-        return {}
+        return _EMPTY
     if not isinstance(value, Mapping):
         raise ParseError(f"{what} is not an object")
     return value
@@ -87,8 +94,9 @@ def _str_map(value: Any, what: str) -> Mapping[str, str]:
 
 def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     items = _list(value, what)
-    if not all(isinstance(item, str) for item in items):
-        raise ParseError(f"{what} has non-string entries")
+    for item in items:
+        if not isinstance(item, str):
+            raise ParseError(f"{what} has non-string entries")
     return tuple(items)
 
 
@@ -245,21 +253,25 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
     return service, rejections
 
 
+# Only eight distinct condition values exist: share them rather than build one per endpoint.
+_CONDITIONS: dict[tuple[bool, bool, bool], EndpointConditions] = {
+    (ready, serving, terminating): EndpointConditions(ready, serving, terminating)
+    for ready in (False, True)
+    for serving in (False, True)
+    for terminating in (False, True)
+}
+
+
 def _conditions(raw: Any) -> EndpointConditions:
     conditions = _mapping(raw, "conditions")
     ready = _bool(conditions.get("ready"), "conditions.ready")
     serving = _bool(conditions.get("serving"), "conditions.serving")
     terminating = _bool(conditions.get("terminating"), "conditions.terminating")
     ready = True if ready is None else ready
-    return EndpointConditions(
-        ready=ready,
-        serving=ready if serving is None else serving,
-        terminating=bool(terminating),
-    )
+    return _CONDITIONS[ready, ready if serving is None else serving, bool(terminating)]
 
 
-def _hints(raw: Any, field_name: str) -> tuple[str, ...] | None:
-    hints = _mapping(raw, "hints")
+def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
     if field_name not in hints:
         return None
     names: list[str] = []
@@ -273,13 +285,14 @@ def _endpoint(raw: Any, index: int) -> Endpoint:
     addresses = _str_tuple(entry.get("addresses"), f"endpoints[{index}].addresses")
     if not addresses:
         raise ParseError(f"endpoints[{index}] has no addresses")
+    hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,
         conditions=_conditions(entry.get("conditions")),
         node_name=_str(entry.get("nodeName"), "nodeName") or None,
         zone=_str(entry.get("zone"), "zone") or None,
-        hints_for_zones=_hints(entry.get("hints"), "forZones"),
-        hints_for_nodes=_hints(entry.get("hints"), "forNodes"),
+        hints_for_zones=_hints(hints, "forZones") if hints else None,
+        hints_for_nodes=_hints(hints, "forNodes") if hints else None,
     )
 
 
@@ -355,6 +368,7 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
     return node, []
 
 
+@without_cyclic_gc
 def snapshot_from_objects(
     objects: Iterable[Mapping[str, Any]], node_name: str | None
 ) -> tuple[ClusterSnapshot, list[Rejection]]:

@@ -1,32 +1,41 @@
 """kube-proxy's IPVS-mode ipsets, filled from the virtual servers translate chose.
 
-Names, types and comments are kube-proxy's, so dashboards and runbooks keep working;
-IPv6 sets carry the ``KUBE-6-`` prefix as kube-proxy's do.
+Names, types, comments and contents are kube-proxy's (pkg/proxy/ipvs), so dashboards and
+runbooks keep working. IPv6 sets carry the ``KUBE-6-`` prefix, cut to ipset's 31-character
+limit, as kube-proxy's do. Entries are written exactly as ``ipset list`` prints them
+(``10.96.0.10,tcp:80``, host nets without ``/32``, IPv6 compressed), so a read-back compares
+equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from ipvsproxy.model import (
     AddressKind,
     DesiredVirtualServer,
+    IPAddress,
     IPFamily,
+    IPNetwork,
     IPSetContent,
     IPSetSpec,
     Protocol,
+    RealServerKey,
     VirtualServerKey,
 )
 
-# name -> (type, comment)
+MAX_SET_NAME = 31
+
+# name -> (type, comment), in kube-proxy's ipsetInfo order.
 SETS: Mapping[str, tuple[str, str]] = {
-    "KUBE-CLUSTER-IP": (
-        "hash:ip,port",
-        "Kubernetes service cluster ip + port for masquerade purpose",
-    ),
     "KUBE-LOOP-BACK": (
         "hash:ip,port,ip",
         "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose",
+    ),
+    "KUBE-CLUSTER-IP": (
+        "hash:ip,port",
+        "Kubernetes service cluster ip + port for masquerade purpose",
     ),
     "KUBE-EXTERNAL-IP": (
         "hash:ip,port",
@@ -37,9 +46,21 @@ SETS: Mapping[str, tuple[str, str]] = {
         "Kubernetes service external ip + port with externalTrafficPolicy=local",
     ),
     "KUBE-LOAD-BALANCER": ("hash:ip,port", "Kubernetes service lb portal"),
+    "KUBE-LOAD-BALANCER-FW": (
+        "hash:ip,port",
+        "Kubernetes service load balancer ip + port for load balancer with sourceRange",
+    ),
     "KUBE-LOAD-BALANCER-LOCAL": (
         "hash:ip,port",
         "Kubernetes service load balancer ip + port with externalTrafficPolicy=local",
+    ),
+    "KUBE-LOAD-BALANCER-SOURCE-IP": (
+        "hash:ip,port,ip",
+        "Kubernetes service load balancer ip + port + source IP for packet filter purpose",
+    ),
+    "KUBE-LOAD-BALANCER-SOURCE-CIDR": (
+        "hash:ip,port,net",
+        "Kubernetes service load balancer ip + port + source cidr for packet filter purpose",
     ),
     "KUBE-NODE-PORT-TCP": ("bitmap:port", "Kubernetes nodeport TCP port for masquerade purpose"),
     "KUBE-NODE-PORT-LOCAL-TCP": (
@@ -60,60 +81,110 @@ SETS: Mapping[str, tuple[str, str]] = {
         "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'",
     ),
     "KUBE-HEALTH-CHECK-NODE-PORT": ("bitmap:port", "Kubernetes health check node port"),
+    "KUBE-IPVS-IPS": ("hash:ip", "Addresses on the ipvs interface"),
 }
 
-_ADDRESS_SETS = {
-    AddressKind.CLUSTER_IP: "KUBE-CLUSTER-IP",
-    AddressKind.EXTERNAL_IP: "KUBE-EXTERNAL-IP",
-    AddressKind.LOAD_BALANCER: "KUBE-LOAD-BALANCER",
-}
+
+@dataclass(frozen=True, slots=True)
+class Firewall:
+    """loadBalancerSourceRanges of one load-balancer virtual server, for the firewall sets.
+
+    ``allow_from_node``: the node's own address is inside a range, so traffic the node sends
+    to the load balancer IP (which IPVS sees with the LB IP as source) is let through.
+    """
+
+    source_ranges: tuple[IPNetwork, ...]
+    allow_from_node: bool
 
 
 def set_name(base: str, family: IPFamily) -> str:
-    return base if family is IPFamily.IPV4 else base.replace("KUBE-", "KUBE-6-", 1)
+    if family is IPFamily.IPV4:
+        return base
+    return base.replace("KUBE-", "KUBE-6-", 1)[:MAX_SET_NAME]
 
 
-def _ip_port(key: VirtualServerKey) -> str:
+def set_entry(address: IPAddress | IPNetwork) -> str:
+    """An address or net as ``ipset list`` prints it: host nets without their prefix."""
+    if isinstance(address, IPAddress):
+        return str(address)
+    if address.prefixlen == address.max_prefixlen:
+        return str(address.network_address)
+    return str(address)
+
+
+def ip_port(key: VirtualServerKey) -> str:
     return f"{key.address},{key.protocol.value.lower()}:{key.port}"
 
 
-def _members(key: VirtualServerKey, desired: DesiredVirtualServer, local: bool) -> list[str]:
-    if desired.kind in _ADDRESS_SETS:
-        base = _ADDRESS_SETS[desired.kind]
-        names = [base]
-        if local and desired.kind is not AddressKind.CLUSTER_IP:
-            names.append(f"{base}-LOCAL")
-        return [f"{name}={_ip_port(key)}" for name in names]
+def _members(
+    key: VirtualServerKey, desired: DesiredVirtualServer, local: bool
+) -> list[tuple[str, str]]:
+    """(set, entry) pairs for one virtual server, as kube-proxy's syncProxyRules adds them."""
+    entry = ip_port(key)
+    if desired.kind is AddressKind.CLUSTER_IP:
+        return [("KUBE-CLUSTER-IP", entry)]
+    if desired.kind is AddressKind.EXTERNAL_IP:
+        # Local external IPs are not masqueraded, so they go to the -LOCAL set only.
+        return [("KUBE-EXTERNAL-IP-LOCAL" if local else "KUBE-EXTERNAL-IP", entry)]
+    if desired.kind is AddressKind.LOAD_BALANCER:
+        return [("KUBE-LOAD-BALANCER", entry)] + (
+            [("KUBE-LOAD-BALANCER-LOCAL", entry)] if local else []
+        )
     if key.protocol is Protocol.SCTP:
         names = ["KUBE-NODE-PORT-SCTP-HASH"] + (["KUBE-NODE-PORT-LOCAL-SCTP-HASH"] if local else [])
-        return [f"{name}={_ip_port(key)}" for name in names]
+        return [(name, entry) for name in names]
     suffix = key.protocol.value
     names = [f"KUBE-NODE-PORT-{suffix}"] + ([f"KUBE-NODE-PORT-LOCAL-{suffix}"] if local else [])
-    return [f"{name}={key.port}" for name in names]
+    return [(name, str(key.port)) for name in names]
+
+
+def _firewall_members(key: VirtualServerKey, firewall: Firewall) -> list[tuple[str, str]]:
+    entry = ip_port(key)
+    members = [("KUBE-LOAD-BALANCER-FW", entry)]
+    members += [
+        ("KUBE-LOAD-BALANCER-SOURCE-CIDR", f"{entry},{set_entry(net)}")
+        for net in firewall.source_ranges
+    ]
+    if firewall.allow_from_node:
+        members.append(("KUBE-LOAD-BALANCER-SOURCE-IP", f"{entry},{key.address}"))
+    return members
 
 
 def build_ipsets(
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer],
+    *,
     local_external: frozenset[VirtualServerKey],
-    local_endpoints: Mapping[VirtualServerKey, frozenset[str]],
-    health_check_ports: frozenset[int],
+    local_endpoints: Mapping[VirtualServerKey, Iterable[RealServerKey]],
+    firewalls: Mapping[VirtualServerKey, Firewall],
+    health_check_ports: Mapping[IPFamily, frozenset[int]],
+    bound_addresses: Iterable[IPAddress],
 ) -> dict[str, IPSetContent]:
     """Every set for both families, empty ones included: kube-proxy creates them all."""
     entries: dict[str, set[str]] = {
         set_name(base, family): set() for base in SETS for family in IPFamily
     }
+
+    def add(family: IPFamily, members: Iterable[tuple[str, str]]) -> None:
+        for base, entry in members:
+            entries[set_name(base, family)].add(entry)
+
     for key, desired in virtual_servers.items():
         family = IPFamily.of(key.address)
-        for member in _members(key, desired, key in local_external):
-            base, entry = member.split("=", 1)
-            entries[set_name(base, family)].add(entry)
-        for real in local_endpoints.get(key, frozenset()):
-            address, port = real.rsplit(":", 1)
-            address = address.strip("[]")
-            entries[set_name("KUBE-LOOP-BACK", family)].add(
-                f"{address},{key.protocol.value.lower()}:{port},{address}"
-            )
-    entries["KUBE-HEALTH-CHECK-NODE-PORT"] |= {str(port) for port in health_check_ports}
+        add(family, _members(key, desired, key in local_external))
+        protocol = key.protocol.value.lower()
+        add(
+            family,
+            (
+                ("KUBE-LOOP-BACK", f"{real.address},{protocol}:{real.port},{real.address}")
+                for real in local_endpoints.get(key, ())
+            ),
+        )
+    for key, firewall in firewalls.items():
+        add(IPFamily.of(key.address), _firewall_members(key, firewall))
+    for family, ports in health_check_ports.items():
+        add(family, (("KUBE-HEALTH-CHECK-NODE-PORT", str(port)) for port in ports))
+    for address in bound_addresses:
+        add(IPFamily.of(address), [("KUBE-IPVS-IPS", str(address))])
     result: dict[str, IPSetContent] = {}
     for base, (set_type, comment) in SETS.items():
         for family in IPFamily:

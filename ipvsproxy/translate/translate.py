@@ -3,39 +3,45 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
     AddressKind,
     ClusterSnapshot,
     DesiredState,
     DesiredVirtualServer,
-    Endpoint,
     EndpointSlice,
     IPAddress,
     IPFamily,
+    IPNetwork,
     ObjectKey,
     RealServer,
     RealServerKey,
     Rejection,
     Service,
     ServiceFlags,
-    ServicePort,
     ServicePortName,
     ServiceType,
     TrafficPolicy,
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.translate.ipsets import build_ipsets
+from ipvsproxy.translate.endpoints import (
+    HANDLED_ADDRESS_TYPES,
+    AddressCache,
+    choose_endpoints,
+    find_candidates,
+)
+from ipvsproxy.translate.ipsets import Firewall, build_ipsets
 from ipvsproxy.translate.iptables import build_iptables
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 SCHEDULER_ANNOTATION = "ipvsproxy.io/scheduler"
-_HANDLED_ADDRESS_TYPES = {"IPv4": IPFamily.IPV4, "IPv6": IPFamily.IPV6}
 
 
 class _Rejected(ValueError):
@@ -60,67 +66,21 @@ def _scheduler(service: Service, settings: Settings) -> str:
     return name
 
 
-def _candidates(
-    port: ServicePort, slices: Iterable[EndpointSlice], family: IPFamily
-) -> dict[RealServerKey, Endpoint]:
-    """Endpoints of one family for one port, matched by port name; duplicates counted once."""
-    found: dict[RealServerKey, Endpoint] = {}
-    for endpoint_slice in slices:
-        if _HANDLED_ADDRESS_TYPES.get(endpoint_slice.address_type) is not family:
-            continue
-        target = next(
-            (
-                p.port
-                for p in endpoint_slice.ports
-                if p.name == port.name and p.protocol is port.protocol and p.port
-            ),
-            None,
-        )
-        if target is None:
-            continue
-        for endpoint in endpoint_slice.endpoints:
-            try:
-                address = ipaddress.ip_address(endpoint.addresses[0])
-            except ValueError:
-                continue
-            if IPFamily.of(address) is family:
-                found.setdefault(RealServerKey(address, target), endpoint)
-    return found
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """What translate needs of this node, worked out once per translate."""
+
+    name: str | None
+    zone: str | None
+    # Every address of the node: an external or load-balancer IP among them is not bound.
+    addresses: frozenset[IPAddress]
+    # The addresses that carry NodePort virtual servers (--nodeport-addresses applied).
+    node_port_addresses: tuple[IPAddress, ...]
+    # kube-proxy's per-family node IP: whether a source range lets the node reach an LB IP.
+    primary: Mapping[IPFamily, IPAddress]
 
 
-def _zone_hints_apply(endpoints: Iterable[Endpoint], zone: str | None) -> bool:
-    """kube-proxy uses hints only if every ready endpoint has some and one names our zone."""
-    if zone is None:
-        return False
-    ready = [ep for ep in endpoints if ep.conditions.ready]
-    if any(not ep.hints_for_zones for ep in ready):
-        return False
-    return any(zone in (ep.hints_for_zones or ()) for ep in ready)
-
-
-def _usable(
-    candidates: dict[RealServerKey, Endpoint],
-    node_name: str | None,
-    local_only: bool,
-    zone: str | None,
-) -> dict[RealServerKey, RealServer]:
-    """Ready endpoints in scope; failing those, serving+terminating ones; never the rest."""
-    scoped = {
-        key: ep
-        for key, ep in candidates.items()
-        if not local_only or (node_name is not None and ep.node_name == node_name)
-    }
-    if not local_only and _zone_hints_apply(scoped.values(), zone):
-        scoped = {key: ep for key, ep in scoped.items() if zone in (ep.hints_for_zones or ())}
-    chosen = [key for key, ep in scoped.items() if ep.conditions.ready]
-    if not chosen:
-        chosen = [
-            key for key, ep in scoped.items() if ep.conditions.serving and ep.conditions.terminating
-        ]
-    return {key: RealServer(key) for key in sorted(chosen, key=RealServerKey.sort_key)}
-
-
-def _node_addresses(snapshot: ClusterSnapshot, settings: Settings) -> list[IPAddress]:
+def _node(snapshot: ClusterSnapshot, settings: Settings) -> _Node:
     raw: list[IPAddress] = []
     if snapshot.node is not None:
         for text in snapshot.node.addresses:
@@ -130,26 +90,93 @@ def _node_addresses(snapshot: ClusterSnapshot, settings: Settings) -> list[IPAdd
                 continue
     if not raw:
         raw = list(settings.node_ips)
+    primary: dict[IPFamily, IPAddress] = {}
+    for address in raw:
+        primary.setdefault(IPFamily.of(address), address)
+    # As kube-proxy's node address listing: never loopback, never IPv6 link-local.
+    usable = [a for a in raw if not a.is_loopback and not (a.version == 6 and a.is_link_local)]
     if settings.nodeport_addresses:
-        raw = [a for a in raw if any(a in net for net in settings.nodeport_addresses)]
-    return raw
+        usable = [a for a in usable if any(a in net for net in settings.nodeport_addresses)]
+    return _Node(
+        name=snapshot.node.name if snapshot.node is not None else None,
+        zone=snapshot.node.zone if snapshot.node is not None else None,
+        addresses=frozenset(raw),
+        node_port_addresses=tuple(dict.fromkeys(usable)),
+        primary=MappingProxyType(primary),
+    )
 
 
-def _service_servers(
+@dataclass(slots=True)
+class _ServiceState:
+    """One service's share of the desired state, merged only if the whole service is valid."""
+
+    servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
+    bound: set[IPAddress] = field(default_factory=set)
+    nodes: set[IPAddress] = field(default_factory=set)
+    # Cluster-IP virtual server -> its endpoints on this node, for the hairpin set.
+    hairpin: dict[VirtualServerKey, tuple[RealServerKey, ...]] = field(default_factory=dict)
+    local_external: set[VirtualServerKey] = field(default_factory=set)
+    firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
+    rejections: list[Rejection] = field(default_factory=list)
+
+
+def _source_ranges(service: Service, state: _ServiceState) -> tuple[tuple[IPNetwork, ...], bool]:
+    """The parsed loadBalancerSourceRanges, and whether any could not be parsed."""
+    ranges: list[IPNetwork] = []
+    broken = False
+    for raw in service.load_balancer_source_ranges:
+        try:
+            ranges.append(ipaddress.ip_network(raw.strip(), strict=False))
+        except ValueError:
+            broken = True
+            state.rejections.append(
+                Rejection(
+                    f"Service {service.key}",
+                    f"loadBalancerSourceRanges {raw!r} is not a CIDR; left out of the firewall",
+                )
+            )
+    return tuple(dict.fromkeys(ranges)), broken
+
+
+def _firewall(
+    address: IPAddress,
+    ranges: tuple[IPNetwork, ...],
+    broken: bool,
+    node: _Node,
+) -> Firewall | None:
+    """kube-proxy firewalls an LB IP when the service has source ranges of its family.
+
+    A range that did not parse still closes the firewall (fail closed): without it the
+    remaining ranges, or none, are all that may reach the load balancer.
+    """
+    family = IPFamily.of(address)
+    own = tuple(net for net in ranges if IPFamily.of(net) is family)
+    if not own and not broken:
+        return None
+    node_ip = node.primary.get(family)
+    allow_from_node = node_ip is not None and any(node_ip in net for net in own)
+    return Firewall(own, allow_from_node)
+
+
+def _service_state(
     service: Service,
     slices: list[EndpointSlice],
-    snapshot: ClusterSnapshot,
     settings: Settings,
-    node_addresses: list[IPAddress],
-    *,
-    hairpin: dict[VirtualServerKey, frozenset[str]],
-    local_external: set[VirtualServerKey],
-) -> tuple[dict[VirtualServerKey, DesiredVirtualServer], set[IPAddress]]:
-    """This service's virtual servers; fills ``hairpin`` and ``local_external`` for the ipsets."""
+    node: _Node,
+    cache: AddressCache,
+) -> _ServiceState:
+    """This service's virtual servers, addresses and ipset inputs."""
+    state = _ServiceState()
     scheduler = _scheduler(service, settings)
     flags = ServiceFlags.PERSISTENT if service.session_affinity_timeout else ServiceFlags.NONE
+    if scheduler == "mh":
+        # kube-proxy's FlagSourceHash: mh hashes on source port as well as address.
+        flags |= ServiceFlags.SCHED2
     timeout = service.session_affinity_timeout or 0
     cluster_ips = [_ip(raw, "clusterIP") for raw in service.cluster_ips]
+    # kube-proxy runs one proxier per family and a service exists in a family's proxier
+    # only through a cluster IP of that family: other addresses of other families are left.
+    families = {IPFamily.of(ip) for ip in cluster_ips}
     external = [(_ip(raw, "externalIP"), AddressKind.EXTERNAL_IP) for raw in service.external_ips]
     if service.type is ServiceType.LOAD_BALANCER:
         external += [
@@ -157,53 +184,67 @@ def _service_servers(
             for ingress in service.load_balancer_ingress
             if ingress.ip_mode != "Proxy"
         ]
-    node_name = snapshot.node.name if snapshot.node is not None else None
-    zone = snapshot.node.zone if snapshot.node is not None else None
-    families = {IPFamily.of(ip) for ip in cluster_ips}
-    servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
-    bound: set[IPAddress] = set()
+    external = [(ip, kind) for ip, kind in external if IPFamily.of(ip) in families]
+    ranges, broken_ranges = _source_ranges(service, state)
+    internal_local = service.internal_traffic_policy is TrafficPolicy.LOCAL
+    external_local = service.external_traffic_policy is TrafficPolicy.LOCAL
     for port in service.ports:
         owner = ServicePortName(service.key, port.name, port.protocol)
-        targets: list[tuple[IPAddress, int, AddressKind, bool]] = []
-        internal_local = service.internal_traffic_policy is TrafficPolicy.LOCAL
-        external_local = service.external_traffic_policy is TrafficPolicy.LOCAL
-        targets += [(ip, port.port, AddressKind.CLUSTER_IP, internal_local) for ip in cluster_ips]
+        targets: list[tuple[IPAddress, int, AddressKind, bool]] = [
+            (ip, port.port, AddressKind.CLUSTER_IP, internal_local) for ip in cluster_ips
+        ]
         targets += [(ip, port.port, kind, external_local) for ip, kind in external]
         if port.node_port and service.type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER):
             targets += [
                 (ip, port.node_port, AddressKind.NODE_PORT, external_local)
-                for ip in node_addresses
+                for ip in node.node_port_addresses
                 if IPFamily.of(ip) in families
             ]
-        candidates = {family: _candidates(port, slices, family) for family in families}
+        candidates = {family: find_candidates(port, slices, family, cache) for family in families}
+        # The endpoint choice depends only on family and policy scope, not on the address:
+        # compute it once and share the frozen mapping between this port's virtual servers.
+        chosen: dict[
+            tuple[IPFamily, bool],
+            tuple[Mapping[RealServerKey, RealServer], tuple[RealServerKey, ...]],
+        ] = {}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            found = candidates.get(family, {})
-            reals = _usable(found, node_name, local_only, zone)
+            scope = (family, local_only)
+            if scope not in chosen:
+                usable = choose_endpoints(candidates[family], node.name, local_only, node.zone)
+                chosen[scope] = (
+                    MappingProxyType({real: RealServer(real) for real in usable}),
+                    tuple(real for real, ep in usable.items() if ep.node_name == node.name),
+                )
+            reals, on_this_node = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
             if kind is AddressKind.CLUSTER_IP:
-                hairpin[key] = frozenset(
-                    str(real) for real in reals if found[real].node_name == node_name
-                )
+                state.hairpin[key] = on_this_node
             elif local_only:
-                local_external.add(key)
-            servers[key] = DesiredVirtualServer(
+                state.local_external.add(key)
+            if kind is AddressKind.LOAD_BALANCER:
+                firewall = _firewall(address, ranges, broken_ranges, node)
+                if firewall is not None:
+                    state.firewalls[key] = firewall
+            state.servers[key] = DesiredVirtualServer(
                 server=VirtualServer(key, scheduler, flags, timeout),
-                real_servers=MappingProxyType(reals),
+                real_servers=reals,
                 owner=owner,
                 kind=kind,
             )
-            if kind is not AddressKind.NODE_PORT:
-                bound.add(address)
-    return servers, bound
+            # An external or LB IP the node already has is served there, not bound again.
+            on_node = kind is AddressKind.NODE_PORT or address in node.addresses
+            (state.nodes if on_node else state.bound).add(address)
+    return state
 
 
+@without_cyclic_gc
 def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     slices_by_service: dict[ObjectKey, list[EndpointSlice]] = {}
     rejections: list[Rejection] = []
     for slice_key in sorted(snapshot.endpoint_slices, key=str):
         endpoint_slice = snapshot.endpoint_slices[slice_key]
-        if endpoint_slice.address_type not in _HANDLED_ADDRESS_TYPES:
+        if endpoint_slice.address_type not in HANDLED_ADDRESS_TYPES:
             rejections.append(
                 Rejection(
                     f"EndpointSlice {slice_key}",
@@ -212,12 +253,11 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             )
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
-    node_addresses = _node_addresses(snapshot, settings)
-    servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
-    bound: set[IPAddress] = set()
+    node = _node(snapshot, settings)
+    cache = AddressCache()
+    merged = _ServiceState()
     health_checks: dict[ObjectKey, int] = {}
-    hairpin: dict[VirtualServerKey, frozenset[str]] = {}
-    local_external: set[VirtualServerKey] = set()
+    health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
         headless = not service.cluster_ips or service.cluster_ips[0] == "None"
@@ -225,46 +265,48 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             continue
         if not _is_ours(service, settings):
             continue
-        service_hairpin: dict[VirtualServerKey, frozenset[str]] = {}
-        service_local: set[VirtualServerKey] = set()
         try:
-            found, found_bound = _service_servers(
-                service,
-                slices_by_service.get(key, []),
-                snapshot,
-                settings,
-                node_addresses,
-                hairpin=service_hairpin,
-                local_external=service_local,
-            )
+            found = _service_state(service, slices_by_service.get(key, []), settings, node, cache)
         except _Rejected as error:
             rejections.append(Rejection(f"Service {key}", str(error)))
             continue
-        if any(vs_key in servers for vs_key in found):
+        if any(vs_key in merged.servers for vs_key in found.servers):
             rejections.append(
                 Rejection(f"Service {key}", "a virtual server is already another service's")
             )
             continue
-        servers.update(found)
-        hairpin.update(service_hairpin)
-        local_external |= service_local
-        bound |= found_bound
+        merged.servers.update(found.servers)
+        merged.hairpin.update(found.hairpin)
+        merged.local_external |= found.local_external
+        merged.firewalls.update(found.firewalls)
+        merged.bound |= found.bound
+        merged.nodes |= found.nodes
+        rejections += found.rejections
         if (
-            service.external_traffic_policy is TrafficPolicy.LOCAL
+            service.type is ServiceType.LOAD_BALANCER
+            and service.external_traffic_policy is TrafficPolicy.LOCAL
             and service.health_check_node_port
         ):
             health_checks[key] = service.health_check_node_port
+            for family in {IPFamily.of(vs.address) for vs in found.servers}:
+                health_check_ports[family].add(service.health_check_node_port)
+    ipsets = build_ipsets(
+        merged.servers,
+        local_external=frozenset(merged.local_external),
+        local_endpoints=merged.hairpin,
+        firewalls=merged.firewalls,
+        health_check_ports={f: frozenset(p) for f, p in health_check_ports.items()},
+        bound_addresses=merged.bound,
+    )
+    no_node_access = [key for key, fw in merged.firewalls.items() if not fw.allow_from_node]
     return DesiredState(
-        virtual_servers=MappingProxyType(servers),
-        bound_addresses=frozenset(bound),
-        # All of them, NodePorts or not: the reconciler owns (and so cleans) what is on them.
-        node_addresses=frozenset(node_addresses),
-        ipsets=MappingProxyType(
-            build_ipsets(
-                servers, frozenset(local_external), hairpin, frozenset(health_checks.values())
-            )
-        ),
-        iptables=build_iptables(settings),
+        virtual_servers=MappingProxyType(merged.servers),
+        bound_addresses=frozenset(merged.bound),
+        # Every NodePort address, whether a NodePort exists now or not: the reconciler owns
+        # (and so cleans up) the virtual servers left on them.
+        node_addresses=frozenset(merged.nodes) | frozenset(node.node_port_addresses),
+        ipsets=MappingProxyType(ipsets),
+        iptables=build_iptables(settings, ipsets, no_node_access),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
         rejections=tuple(rejections),

@@ -1,19 +1,29 @@
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import IPFamily
 from ipvsproxy.translate import Settings, translate
+from tests.unit.test_translate_rules import ep, eps, run, svc
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
+
+
+def filled(objects: list[dict[str, Any]], flags: Settings | None = None) -> dict[str, set[str]]:
+    ipsets = run(objects, flags).ipsets
+    return {name: set(content.entries) for name, content in ipsets.items() if content.entries}
 
 
 def test_example_cluster_ipsets() -> None:
     snapshot, _ = load_snapshot(EXAMPLE, "node-a")
     ipsets = translate(snapshot, Settings()).ipsets
-    filled = {name: set(content.entries) for name, content in ipsets.items() if content.entries}
-    assert filled == {
+    found = {name: set(content.entries) for name, content in ipsets.items() if content.entries}
+    assert found == {
         "KUBE-CLUSTER-IP": {
             "10.96.0.10,tcp:53",
             "10.96.0.10,tcp:9153",
@@ -22,6 +32,7 @@ def test_example_cluster_ipsets() -> None:
             "10.96.40.1,tcp:443",
         },
         "KUBE-HEALTH-CHECK-NODE-PORT": {"32000"},
+        "KUBE-IPVS-IPS": {"10.96.0.10", "10.96.12.5", "10.96.40.1", "203.0.113.10"},
         "KUBE-LOAD-BALANCER": {"203.0.113.10,tcp:443"},
         "KUBE-LOAD-BALANCER-LOCAL": {"203.0.113.10,tcp:443"},
         "KUBE-LOOP-BACK": {
@@ -43,4 +54,104 @@ def test_every_set_exists_for_both_families_with_kube_proxy_types() -> None:
     assert ipsets["KUBE-LOOP-BACK"].spec.set_type == "hash:ip,port,ip"
     assert ipsets["KUBE-NODE-PORT-UDP"].spec.set_type == "bitmap:port"
     assert ipsets["KUBE-NODE-PORT-SCTP-HASH"].spec.set_type == "hash:ip,port"
-    assert len(ipsets) == 26
+    assert ipsets["KUBE-LOAD-BALANCER-SOURCE-CIDR"].spec.set_type == "hash:ip,port,net"
+    assert ipsets["KUBE-LOAD-BALANCER-SOURCE-IP"].spec.set_type == "hash:ip,port,ip"
+    assert ipsets["KUBE-IPVS-IPS"].spec.set_type == "hash:ip"
+    assert len(ipsets) == 34
+
+
+def test_ipv6_names_are_cut_to_ipsets_31_characters_as_kube_proxy_does() -> None:
+    ipsets = run([]).ipsets
+    assert "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS" in ipsets
+    assert "KUBE-6-LOAD-BALANCER-SOURCE-CID" in ipsets
+    assert all(len(name) <= 31 for name in ipsets)
+
+
+LB_STATUS = {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # node 192.168.0.1 inside a range: the LB IP itself is an allowed source
+        (
+            {"loadBalancerSourceRanges": ["192.168.0.0/24", " 198.51.100.7/32 "]},
+            {
+                "KUBE-LOAD-BALANCER-FW": {"203.0.113.1,tcp:80"},
+                "KUBE-LOAD-BALANCER-SOURCE-CIDR": {
+                    "203.0.113.1,tcp:80,192.168.0.0/24",
+                    "203.0.113.1,tcp:80,198.51.100.7",
+                },
+                "KUBE-LOAD-BALANCER-SOURCE-IP": {"203.0.113.1,tcp:80,203.0.113.1"},
+            },
+        ),
+        # node outside every range: no source-IP entry (the node is blocked instead)
+        (
+            {"loadBalancerSourceRanges": ["10.0.0.1/8"]},
+            {
+                "KUBE-LOAD-BALANCER-FW": {"203.0.113.1,tcp:80"},
+                "KUBE-LOAD-BALANCER-SOURCE-CIDR": {"203.0.113.1,tcp:80,10.0.0.0/8"},
+            },
+        ),
+        # only ranges of the other family: no firewall in this one, as kube-proxy
+        ({"loadBalancerSourceRanges": ["fd00::/8"]}, {}),
+        # a range that does not parse still closes the firewall
+        (
+            {"loadBalancerSourceRanges": ["nonsense"]},
+            {"KUBE-LOAD-BALANCER-FW": {"203.0.113.1,tcp:80"}},
+        ),
+    ],
+)
+def test_load_balancer_source_ranges(spec: dict[str, Any], expected: dict[str, set[str]]) -> None:
+    service = svc({"type": "LoadBalancer", **spec}) | LB_STATUS
+    sets = filled([service])
+    firewall = {name: entries for name, entries in sets.items() if "SOURCE" in name or "FW" in name}
+    assert firewall == expected
+
+
+def test_local_external_ip_goes_to_the_local_set_only() -> None:
+    service = svc({"externalIPs": ["198.51.100.1"], "externalTrafficPolicy": "Local"})
+    sets = filled([service])
+    assert sets["KUBE-EXTERNAL-IP-LOCAL"] == {"198.51.100.1,tcp:80"}
+    assert "KUBE-EXTERNAL-IP" not in sets
+
+
+def test_ipvs_ips_holds_every_bound_address_per_family() -> None:
+    service = svc({"clusterIPs": ["10.96.0.1", "fd00::1"], "externalIPs": ["198.51.100.1"]})
+    sets = filled([service])
+    assert sets["KUBE-IPVS-IPS"] == {"10.96.0.1", "198.51.100.1"}
+    assert sets["KUBE-6-IPVS-IPS"] == {"fd00::1"}
+
+
+def test_health_check_node_port_in_each_family_of_the_service() -> None:
+    service = svc(
+        {
+            "type": "LoadBalancer",
+            "clusterIPs": ["fd00::1"],
+            "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": 32001,
+        }
+    )
+    sets = filled([service])
+    assert sets["KUBE-6-HEALTH-CHECK-NODE-PORT"] == {"32001"}
+    assert "KUBE-HEALTH-CHECK-NODE-PORT" not in sets
+
+
+def test_sctp_node_port_entries_name_each_node_address() -> None:
+    service = svc(
+        {
+            "type": "NodePort",
+            "ports": [{"name": "p", "port": 80, "protocol": "SCTP", "nodePort": 30001}],
+        }
+    )
+    sets = filled(
+        [service, eps([ep("10.1.0.1")], ports=[{"name": "p", "port": 80, "protocol": "SCTP"}])]
+    )
+    assert sets["KUBE-NODE-PORT-SCTP-HASH"] == {"192.168.0.1,sctp:30001"}
+    assert sets["KUBE-LOOP-BACK"] == {"10.1.0.1,sctp:80,10.1.0.1"}
+
+
+def test_external_ip_on_the_node_is_not_bound() -> None:
+    state = run([svc({"externalIPs": ["192.168.0.1"]})])
+    assert ipaddress.ip_address("192.168.0.1") not in state.bound_addresses
+    assert ipaddress.ip_address("192.168.0.1") in state.node_addresses

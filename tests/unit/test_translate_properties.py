@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.model import IPFamily
 from ipvsproxy.translate import Settings, translate
 from tests.unit.test_translate_rules import NODE
 
@@ -25,10 +28,11 @@ port = st.fixed_dictionaries(
     optional={"protocol": st.sampled_from(["TCP", "UDP", "SCTP", "ICMP"]), "nodePort": ints},
 )
 service = st.builds(
-    lambda name, spec: {
+    lambda name, spec, ingress: {
         "kind": "Service",
         "metadata": {"name": name, "namespace": "ns"},
         "spec": spec,
+        "status": {"loadBalancer": {"ingress": [{"ip": ip} for ip in ingress]}},
     },
     st.sampled_from(["s", "t", "u"]),
     st.fixed_dictionaries(
@@ -39,8 +43,13 @@ service = st.builds(
             "externalTrafficPolicy": st.sampled_from(["Local", "Cluster"]),
             "internalTrafficPolicy": st.sampled_from(["Local", "Cluster"]),
             "sessionAffinity": st.sampled_from(["ClientIP", "None"]),
+            "loadBalancerSourceRanges": st.lists(
+                st.sampled_from(["192.168.0.0/16", "10.0.0.1/32", "fd00::/8", "x"]), max_size=2
+            ),
+            "healthCheckNodePort": ints,
         },
     ),
+    st.lists(st.sampled_from(["203.0.113.1", "2001:db8::1", "192.168.0.1"]), max_size=2),
 )
 endpoint_slice = st.builds(
     lambda name, service_name, address_type, endpoints, ports: {
@@ -77,3 +86,59 @@ def test_generated_clusters_translate_without_raising(objects: list[dict[str, An
     for key, desired in state.virtual_servers.items():
         assert key.address in addresses
         assert desired.owner.service in owners
+
+
+def _valid_entry(set_type: str, family: IPFamily, entry: str) -> bool:
+    """Whether ``entry`` is in the canonical form ``ipset list`` prints for ``set_type``."""
+
+    def address(text: str) -> bool:
+        parsed = ipaddress.ip_address(text)
+        return str(parsed) == text and IPFamily.of(parsed) is family
+
+    def net(text: str) -> bool:
+        parsed = ipaddress.ip_network(text)
+        host = parsed.prefixlen == parsed.max_prefixlen
+        canonical = str(parsed.network_address) if host else str(parsed)
+        return canonical == text and IPFamily.of(parsed) is family
+
+    def proto_port(text: str) -> bool:
+        protocol, port = text.split(":")
+        return protocol in {"tcp", "udp", "sctp"} and str(int(port)) == port
+
+    parts = entry.split(",")
+    checks: dict[str, list[Callable[[str], bool]]] = {
+        "hash:ip": [address],
+        "hash:ip,port": [address, proto_port],
+        "hash:ip,port,ip": [address, proto_port, address],
+        "hash:ip,port,net": [address, proto_port, net],
+        "bitmap:port": [lambda text: str(int(text)) == text and 0 <= int(text) <= 65535],
+    }
+    expected = checks[set_type]
+    return len(parts) == len(expected) and all(
+        check(p) for check, p in zip(expected, parts, strict=True)
+    )
+
+
+BUILT_IN_TARGETS = {"ACCEPT", "DROP", "RETURN", "REJECT", "MASQUERADE", "MARK"}
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(service | endpoint_slice, max_size=8))
+def test_ipset_entries_parse_as_their_set_type_and_every_jump_has_its_chain(
+    objects: list[dict[str, Any]],
+) -> None:
+    snapshot, _ = snapshot_from_objects([NODE, *objects], "node-a")
+    state = translate(snapshot, Settings())
+    for name, content in state.ipsets.items():
+        assert len(name) <= 31
+        for entry in content.entries:
+            assert _valid_entry(content.spec.set_type, content.spec.family, entry), (name, entry)
+    for ruleset in state.iptables:
+        for table, chains in ruleset.chains.items():
+            for rule in (rule for rules in chains.values() for rule in rules):
+                target = rule[rule.index("-j") + 1]
+                assert target in BUILT_IN_TARGETS or target in chains, (table, rule)
+                sets = [rule[i + 1] for i, arg in enumerate(rule) if arg == "--match-set"]
+                assert all(state.ipsets[s].spec.family is ruleset.family for s in sets)
+        for jump in ruleset.jumps:
+            assert jump.target in ruleset.chains[jump.table]

@@ -269,3 +269,43 @@ def test_order_independent_local_only_and_addresses_bound(objects: list[dict[str
         assert key.address in addresses
         if desired.kind is AddressKind.NODE_PORT or desired.owner.service.name == "t":
             assert all(str(r.address) in {"10.1.0.1", "10.1.0.6"} for r in desired.real_servers)
+
+
+def test_external_and_lb_ips_of_a_family_without_cluster_ip_are_skipped() -> None:
+    service = svc(
+        {"type": "LoadBalancer", "externalIPs": ["198.51.100.1", "2001:db8::1"]},
+    ) | {"status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::2"}, {"ip": "203.0.113.1"}]}}}
+    state = run([service])
+    assert {str(k.address) for k in state.virtual_servers} == {
+        "10.96.0.1",
+        "198.51.100.1",
+        "203.0.113.1",
+    }
+
+
+def test_mh_scheduler_hashes_on_source_port_as_kube_proxy() -> None:
+    state = run([svc({})], Settings(scheduler="mh"))
+    assert state.virtual_servers[vs("TCP", "10.96.0.1", 80)].server.flags == ServiceFlags.SCHED2
+
+
+def test_nodeport_never_on_loopback_or_ipv6_link_local() -> None:
+    node = NODE | {
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": "192.168.0.1"},
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "InternalIP", "address": "fe80::1"},
+            ]
+        }
+    }
+    service = svc({"type": "NodePort", "ports": [{"name": "p", "port": 80, "nodePort": 30001}]})
+    snapshot, _ = snapshot_from_objects([node, service], "node-a")
+    wide = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+    state = translate(snapshot, Settings(nodeport_addresses=wide))
+    assert {str(a) for a in state.node_addresses} == {"192.168.0.1"}
+
+
+def test_health_check_node_port_only_for_local_load_balancers() -> None:
+    spec = {"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}
+    state = run([svc({"type": "NodePort", **spec}), svc({"type": "LoadBalancer", **spec}, "lb")])
+    assert {key.name: port for key, port in state.health_check_node_ports.items()} == {"lb": 32000}

@@ -1,0 +1,33 @@
+"""Pause the cyclic garbage collector around bulk building of acyclic values.
+
+Parsing and translating 10,000 services allocates a million small frozen objects; each
+allocation burst triggers collections that walk the whole heap (the API JSON and the
+snapshot included) and find nothing, since these values hold no reference cycles. That walking
+was half the CPU time of parse + translate. Reference counting still frees everything.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def without_cyclic_gc(function: Callable[P, R]) -> Callable[P, R]:
+    """Run ``function`` with the cyclic collector off, restoring it only if it was on."""
+
+    @wraps(function)
+    def paused(*args: P.args, **kwargs: P.kwargs) -> R:
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return paused
