@@ -6,10 +6,11 @@ import os
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipvsproxy.kernel.iptables_text import IptablesError
 from ipvsproxy.model import OpError
 
 # What a single (unbatched) kernel call raises for a refusal; anything else is a bug.
-KERNEL_ERRORS: tuple[type[Exception], ...] = (OSError, NetlinkError)
+KERNEL_ERRORS: tuple[type[Exception], ...] = (OSError, NetlinkError, IptablesError)
 
 
 def refusal(error: Exception) -> OpError:
