@@ -424,3 +424,16 @@ def test_addresses_are_bound_before_virtual_servers_and_unbound_last(
         "UnbindAddress",
     ]
     assert ops[0] == BindAddress(VIP)
+
+
+def test_refused_iptables_are_a_failure_and_the_rest_still_applies(
+    fake: FakeKernel, clock: ManualClock
+) -> None:
+    missing_set = ("-m", "set", "--match-set", "KUBE-MISSING", "dst,dst", "-j", "RETURN")
+    broken = IptablesRuleset(IPFamily.IPV4, {"nat": {"KUBE-SERVICES": (missing_set,)}})
+    proxy = reconciler(fake, clock)
+
+    result = proxy.sync(desired({TCP_VS: [POD_A]}, iptables=(broken,)))
+
+    assert [str(f).split(":")[0] for f in result.failures] == ["restore IPv4 iptables chains"]
+    assert set(fake.ipvs.dump()) == {TCP_VS}
