@@ -14,7 +14,6 @@ from ipvsproxy.model import (
     BatchResult,
     DeleteRealServer,
     DeleteVirtualServer,
-    IPAddress,
     IPVSOp,
     OpError,
     UpdateRealServer,
@@ -84,15 +83,14 @@ class _Applier:
         for op, error in zip(ops, results, strict=True):
             self.record(op, error)
 
-    def call(self, op: PlanOp, write: Callable[[], object]) -> object:
+    def call(self, op: PlanOp, write: Callable[[], object]) -> None:
         """Run one unbatched kernel call; its refusal becomes this op's failure."""
         try:
             outcome = write()
         except KERNEL_ERRORS as error:
             self.record(op, refusal(error))
-            return None
-        self.record(op, None, wrote=outcome is not False)
-        return outcome
+        else:
+            self.record(op, None, wrote=outcome is not False)
 
     def ipset(self, op: IPSetOp) -> None:
         ipsets = self.kernel.ipsets
@@ -110,13 +108,17 @@ class _Applier:
         entries: tuple[str, ...],
         results: BatchResult,
     ) -> None:
-        """Entries succeed or fail one by one; report each refused entry on its own."""
-        refused = [(entry, error) for entry, error in zip(entries, results, strict=True) if error]
-        for entry, error in refused:
-            self.failures.append(Failure(replace(op, entries=(entry,)), error))
-        if len(refused) < len(entries):
+        """Entries succeed or fail one by one; refusals are reported grouped by reason."""
+        refused: dict[OpError, list[str]] = {}
+        for entry, error in zip(entries, results, strict=True):
+            if error is not None:
+                refused.setdefault(error, []).append(entry)
+        for error, group in refused.items():
+            self.failures.append(Failure(replace(op, entries=tuple(group)), error))
+        done = len(entries) - sum(map(len, refused.values()))
+        if done:
             self.applied.append(op)
-            self.writes += len(entries) - len(refused)
+            self.writes += done
 
     def ipvs(self, ops: Sequence[IPVSOp]) -> None:
         if ops:
@@ -124,9 +126,6 @@ class _Applier:
 
     def failed_virtual_servers(self) -> set[VirtualServerKey]:
         return {virtual_of(f.op) for f in self.failures if isinstance(f.op, IPVS_OPS)}
-
-    def hold(self, op: PlanOp) -> None:
-        self.held_back.append(op)
 
 
 def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
@@ -149,26 +148,37 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
     for ruleset in plan.iptables:
         run.call(RestoreIptables(ruleset), partial(kernel.iptables.restore, ruleset))
     run.ipvs(plan.ipvs.changes)
+    _remove(run, plan)
+    _flush_deleted(run, plan)
+    _unbind(run, plan)
+    return ApplyOutcome(tuple(run.applied), tuple(run.failures), tuple(run.held_back), run.writes)
+
+
+def _remove(run: _Applier, plan: SyncPlan) -> None:
+    """Drains, deletions and stale virtual servers; none where this sync could not add."""
     troubled = run.failed_virtual_servers()
     removals = [op for op in plan.ipvs.removals if virtual_of(op) not in troubled]
     run.held_back.extend(op for op in plan.ipvs.removals if virtual_of(op) in troubled)
     run.ipvs([*removals, *plan.ipvs.stale])
+
+
+def _flush_deleted(run: _Applier, plan: SyncPlan) -> None:
+    """Forget flows only to real servers that are really gone; new flows could not reach them."""
     deleted = {op for op in run.applied if isinstance(op, DeleteRealServer | DeleteVirtualServer)}
     for flush in plan.ipvs.flushes:
-        if DeleteRealServer(flush.virtual, flush.real) in deleted or (
-            DeleteVirtualServer(flush.virtual) in deleted
-        ):
-            run.call(flush, partial(_flush, kernel, flush))
+        gone = DeleteRealServer(flush.virtual, flush.real) in deleted
+        if gone or DeleteVirtualServer(flush.virtual) in deleted:
+            run.call(flush, partial(_flush, run.kernel, flush))
         else:
-            run.hold(flush)
-    kept: set[IPAddress] = {
-        virtual_of(f.op).address for f in run.failures if isinstance(f.op, DeleteVirtualServer)
-    }
-    unbind = [op for op in plan.unbind if op.address not in kept]
+            run.held_back.append(flush)
+
+
+def _unbind(run: _Applier, plan: SyncPlan) -> None:
+    kept = {virtual_of(f.op).address for f in run.failures if isinstance(f.op, DeleteVirtualServer)}
     run.held_back.extend(op for op in plan.unbind if op.address in kept)
+    unbind = [op for op in plan.unbind if op.address not in kept]
     if unbind:
-        run.batch(unbind, kernel.addresses.apply(plan.interface, unbind))
-    return ApplyOutcome(tuple(run.applied), tuple(run.failures), tuple(run.held_back), run.writes)
+        run.batch(unbind, run.kernel.addresses.apply(plan.interface, unbind))
 
 
 def _flush(kernel: Kernel, flush: FlushConntrack) -> int:

@@ -23,7 +23,7 @@ from ipvsproxy.model import (
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.translate import Settings, translate
-from tests.lab.netns import NODE_IPV4, Client, Pod, ask, sh
+from tests.lab.netns import NODE_IPV4, Client, Pod, ask, inside, sh
 
 VIP = "10.96.0.50"
 TCP_VS = VirtualServerKey(Protocol.TCP, ipaddress.ip_address(VIP), 80)
@@ -183,3 +183,53 @@ def _sync_until_drained(proxy: Reconciler, state: DesiredState, attempts: int = 
             return True
         time.sleep(1)
     return False
+
+
+@pytest.fixture
+def ipvs_sysctls(kernel: Kernel) -> Iterator[None]:
+    """kube-proxy's IPVS sysctls, so a flow to a deleted real server is not held on to."""
+    wanted = {"net.ipv4.vs.conntrack": "1", "net.ipv4.vs.expire_nodest_conn": "1"}
+    before = {name: kernel.sysctl.get(name) for name in wanted}
+    for name, value in wanted.items():
+        kernel.sysctl.set(name, value)
+    yield
+    for name, old in before.items():
+        kernel.sysctl.set(name, old or "0")
+
+
+def _udp_name(sock: socket.socket, attempts: int = 3) -> str:
+    """Ask from one fixed source port; the first datagram after a deletion may be dropped."""
+    for _ in range(attempts):
+        sock.sendto(b"who\n", (VIP, 53))
+        try:
+            return sock.recv(256).decode()
+        except TimeoutError:
+            continue
+    raise TimeoutError(f"no answer from {VIP}:53 in {attempts} tries")
+
+
+def test_a_udp_client_moves_to_another_pod_at_once_when_its_endpoint_goes(
+    kernel: Kernel,
+    ipvs_sysctls: None,
+    pod: Callable[[str], Pod],
+    client: Callable[[Pod | None], Client],
+) -> None:
+    web = {name: pod(name) for name in ("web-a", "web-b")}
+    caller = pod("caller")
+    proxy = Reconciler(kernel, SETTINGS)
+    proxy.sync(cluster(*web.values()))
+    with inside(caller.namespace):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        sock.settimeout(2.0)
+        serving = _udp_name(sock)
+        staying = next(p for n, p in web.items() if n != serving)
+
+        removed = proxy.sync(cluster(staying))
+
+        assert removed.ok and removed.draining == ()
+        assert {type(op).__name__ for op in removed.applied} == {
+            "DeleteRealServer",
+            "FlushConntrack",
+        }
+        assert {_udp_name(sock) for _ in range(3)} == {staying.name}

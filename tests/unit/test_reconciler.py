@@ -437,3 +437,18 @@ def test_refused_iptables_are_a_failure_and_the_rest_still_applies(
 
     assert [str(f).split(":")[0] for f in result.failures] == ["restore IPv4 iptables chains"]
     assert set(fake.ipvs.dump()) == {TCP_VS}
+
+
+def test_a_refused_ipset_entry_is_reported_alone_and_the_others_are_added(
+    fake: FakeKernel, clock: ManualClock
+) -> None:
+    spec = IPSetSpec("KUBE-CLUSTER-IP", "hash:ip,port")
+    entries = frozenset({"10.96.0.10,tcp:80", "10.96.0.11,tcp:80", "not-an-entry"})
+    proxy = reconciler(fake, clock)
+
+    result = proxy.sync(desired({}, ipsets={spec.name: IPSetContent(spec, entries)}))
+
+    assert [str(f).split(":")[0] for f in result.failures] == [
+        "add not-an-entry to ipset KUBE-CLUSTER-IP"
+    ]
+    assert fake.ipsets.list_sets()[spec.name].entries == entries - {"not-an-entry"}
