@@ -30,9 +30,11 @@ from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
+    PlanOp,
     RealServerRef,
     virtual_of,
 )
+from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
 
 
@@ -200,23 +202,62 @@ def sync_plan_text(plan: SyncPlan, desired: DesiredState) -> str:
     return "\n".join(lines)
 
 
+def _operations(ops: Sequence[PlanOp]) -> list[dict[str, str]]:
+    return [{"op": type(op).__name__, "text": describe(op)} for op in ops]
+
+
+def _drains(drains: Sequence[Drain]) -> list[dict[str, str | int]]:
+    return [
+        {
+            "virtual_server": str(drain.ref.virtual),
+            "real_server": str(drain.ref.real),
+            "active_connections": drain.active_connections,
+            "inactive_connections": drain.inactive_connections,
+        }
+        for drain in drains
+    ]
+
+
+def _plan_dict(plan: SyncPlan, desired: DesiredState) -> dict[str, object]:
+    return {
+        "operations": _operations(plan.operations()),
+        "draining": _drains(plan.ipvs.draining),
+        "counts": dict(sorted(plan.counts().items())),
+        "skipped": [{"object": r.object, "reason": r.reason} for r in desired.rejections],
+    }
+
+
 def sync_plan_json(plan: SyncPlan, desired: DesiredState) -> str:
+    return json.dumps(_plan_dict(plan, desired), indent=2)
+
+
+def sync_result_text(result: SyncResult) -> str:
+    """What a sync did, after its plan: totals, drift repaired, and each failure on a line."""
+    lines = [
+        f"applied {len(result.applied)} operations ({result.writes} kernel writes), "
+        f"{len(result.failures)} failed, {len(result.held_back)} held back, "
+        f"{len(result.draining)} draining"
+    ]
+    if result.drift:
+        repaired = ", ".join(f"{count} {kind}" for kind, count in sorted(result.drift.items()))
+        lines.append(f"drift repaired: {repaired}")
+    lines.extend(f"failed: {failure}" for failure in result.failures)
+    return "\n".join(lines)
+
+
+def sync_result_json(result: SyncResult, desired: DesiredState) -> str:
     return json.dumps(
         {
-            "operations": [
-                {"op": type(op).__name__, "text": describe(op)} for op in plan.operations()
+            "plan": _plan_dict(result.plan, desired),
+            "applied": _operations(result.applied),
+            "failures": [
+                {"text": str(f), "errno": f.error.errno, "reason": f.error.message}
+                for f in result.failures
             ],
-            "draining": [
-                {
-                    "virtual_server": str(drain.ref.virtual),
-                    "real_server": str(drain.ref.real),
-                    "active_connections": drain.active_connections,
-                    "inactive_connections": drain.inactive_connections,
-                }
-                for drain in plan.ipvs.draining
-            ],
-            "counts": dict(sorted(plan.counts().items())),
-            "skipped": [{"object": r.object, "reason": r.reason} for r in desired.rejections],
+            "held_back": _operations(result.held_back),
+            "draining": _drains(result.draining),
+            "writes": result.writes,
+            "drift": dict(sorted(result.drift.items())),
         },
         indent=2,
     )

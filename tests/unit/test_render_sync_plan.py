@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.model import VirtualServerKey
+from ipvsproxy.model import AddRealServer, DeleteVirtualServer, VirtualServerKey
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
-from ipvsproxy.render import sync_plan_json, sync_plan_text
+from ipvsproxy.render import sync_plan_json, sync_plan_text, sync_result_json, sync_result_text
 from tests.unit.reconcile_kit import (
     POD_A,
     POD_B,
@@ -15,6 +16,7 @@ from tests.unit.reconcile_kit import (
     TCP_VS,
     UDP_VS,
     ManualClock,
+    RefusingIPVS,
     desired,
     ip,
 )
@@ -73,3 +75,32 @@ def test_json_lists_every_operation_and_drain() -> None:
     ]
     assert plan["counts"]["AddRealServer"] == 1
     assert plan["draining"] == []
+
+
+def test_a_sync_result_lists_totals_drift_and_each_failure() -> None:
+    fake = FakeKernel()
+    state = desired({UDP_VS: [POD_A, POD_B]})
+    proxy = Reconciler(fake.kernel(), clock=ManualClock())
+    proxy.sync(state)
+    fake.ipvs.apply([DeleteVirtualServer(UDP_VS)])
+    refusing = RefusingIPVS(fake.ipvs, {AddRealServer(UDP_VS, POD_B)})
+    proxy = Reconciler(replace(fake.kernel(), ipvs=refusing), clock=ManualClock())
+    proxy.sync(state)  # adopts: a new instance counts no drift
+    fake.ipvs.apply([DeleteVirtualServer(UDP_VS)])
+
+    result = proxy.sync(state)
+
+    assert sync_result_text(result).splitlines() == [
+        "applied 2 operations (2 kernel writes), 1 failed, 0 held back, 0 draining",
+        "drift repaired: 1 real_server, 1 virtual_server",
+        "failed: add real server 10.244.1.3:8080 to UDP 10.96.0.10:53: File exists",
+    ]
+    as_json = json.loads(sync_result_json(result, state))
+    assert as_json["failures"] == [
+        {
+            "text": "add real server 10.244.1.3:8080 to UDP 10.96.0.10:53: File exists",
+            "errno": 17,
+            "reason": "File exists",
+        }
+    ]
+    assert as_json["drift"] == {"real_server": 1, "virtual_server": 1}
