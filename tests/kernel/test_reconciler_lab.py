@@ -104,7 +104,7 @@ def foreign_service() -> Iterator[str]:
     sh("ipvsadm", "-D", "-t", f"{FOREIGN}:80")
 
 
-def test_a_second_sync_writes_nothing_and_a_foreign_service_survives(
+def test_a_second_sync_and_a_restart_write_nothing_and_a_foreign_service_survives(
     kernel: Kernel,
     pod: Callable[[str], Pod],
     client: Callable[[Pod | None], Client],
@@ -116,10 +116,12 @@ def test_a_second_sync_writes_nothing_and_a_foreign_service_survives(
 
     first = proxy.sync(cluster(*web))
     second = proxy.sync(cluster(*web))
+    after_restart = Reconciler(kernel, SETTINGS).sync(cluster(*web))
 
     assert first.ok, [str(f) for f in first.failures]
     assert first.writes > 0
     assert second.ok and second.writes == 0 and second.applied == ()
+    assert after_restart.ok and after_restart.writes == 0
     assert set(caller.tcp_names(VIP, 80, 6)) == {"web-a", "web-b"}
     assert set(caller.udp_names(VIP, 53, 6)) == {"web-a", "web-b"}
     assert foreign_service in sh("ipvsadm", "-Ln")
