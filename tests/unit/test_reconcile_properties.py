@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +12,7 @@ from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    DesiredState,
     IPAddress,
     Protocol,
     RealServer,
@@ -21,7 +22,7 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.reconciler import Reconciler
-from tests.unit.reconcile_kit import ManualClock, desired, ip
+from tests.unit.reconcile_kit import ManualClock, RefusingIPVS, desired, ip
 
 SERVICE_IPS = [ip("10.96.0.10"), ip("10.96.0.20")]
 NODE_IP = ip("10.240.0.10")
@@ -59,13 +60,11 @@ desired_tables = st.dictionaries(
 )
 
 
-@settings(deadline=None, max_examples=150)
-@given(desired_tables, actual_tables, st.sets(st.sampled_from(SERVICE_IPS)))
-def test_one_sync_converges_and_leaves_what_is_not_ours_alone(
+def _kernel_and_state(
     wanted: dict[VirtualServerKey, list[RealServerKey]],
     actual: dict[VirtualServerKey, tuple[str, list[ActualReal]]],
     bound: set[IPAddress],
-) -> None:
+) -> tuple[FakeKernel, DesiredState]:
     fake = FakeKernel()
     fake.addresses.ensure_interface(DUMMY_INTERFACE)
     fake.addresses.apply(DUMMY_INTERFACE, [BindAddress(a) for a in SERVICE_IPS if a in bound])
@@ -80,6 +79,17 @@ def test_one_sync_converges_and_leaves_what_is_not_ours_alone(
         node_ports=node_ports,
         node_addresses=[NODE_IP],
     )
+    return fake, state
+
+
+@settings(deadline=None, max_examples=150)
+@given(desired_tables, actual_tables, st.sets(st.sampled_from(SERVICE_IPS)))
+def test_one_sync_converges_and_leaves_what_is_not_ours_alone(
+    wanted: dict[VirtualServerKey, list[RealServerKey]],
+    actual: dict[VirtualServerKey, tuple[str, list[ActualReal]]],
+    bound: set[IPAddress],
+) -> None:
+    fake, state = _kernel_and_state(wanted, actual, bound)
     proxy = Reconciler(fake.kernel(), clock=ManualClock())
 
     first = proxy.sync(state)
@@ -104,3 +114,29 @@ def test_one_sync_converges_and_leaves_what_is_not_ours_alone(
         if r not in wanted.get(key, [])
     }
     assert leftovers == draining
+
+
+@settings(deadline=None, max_examples=150)
+@given(desired_tables, actual_tables, st.sets(st.sampled_from(SERVICE_IPS)), st.data())
+def test_refused_ops_never_cost_a_desired_real_server_and_the_next_sync_recovers(
+    wanted: dict[VirtualServerKey, list[RealServerKey]],
+    actual: dict[VirtualServerKey, tuple[str, list[ActualReal]]],
+    bound: set[IPAddress],
+    data: st.DataObject,
+) -> None:
+    fake, state = _kernel_and_state(wanted, actual, bound)
+    planned = Reconciler(fake.kernel(), clock=ManualClock()).plan(state).ipvs.ops
+    refusing = RefusingIPVS(
+        fake.ipvs, set(data.draw(st.lists(st.sampled_from(planned)))) if planned else set()
+    )
+    proxy = Reconciler(replace(fake.kernel(), ipvs=refusing), clock=ManualClock())
+    before = fake.ipvs.dump()
+
+    proxy.sync(state)
+    after = fake.ipvs.dump()
+    refusing.refuse.clear()
+    proxy.sync(state)
+
+    for key in wanted.keys() & before.keys():
+        assert set(before[key].real_servers) & set(wanted[key]) <= set(after[key].real_servers)
+    assert proxy.plan(state).changes() == ()
