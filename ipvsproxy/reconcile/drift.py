@@ -1,7 +1,7 @@
 """Drift: repairs of objects that someone changed behind our back.
 
-An op is a drift repair when the object it writes was already applied, with the same desired
-value, by an earlier sync of this reconciler: nothing in the cluster changed, so the kernel
+An op is a drift repair when the object it writes was applied, with the same desired value,
+by the previous sync of this reconciler: nothing in the cluster changed, so the kernel
 did (``ipvsadm -C``, a flushed kube-ipvs0, a destroyed set). A new reconciler has no record,
 so adopting a kernel after a restart counts no drift.
 """
@@ -19,12 +19,9 @@ from ipvsproxy.model import (
     DesiredState,
     IPAddress,
     IPFamily,
-    IPSetSpec,
     IptablesRuleset,
-    RealServer,
     UpdateRealServer,
     UpdateVirtualServer,
-    VirtualServer,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.ipsets import canonical_entries
@@ -40,80 +37,101 @@ from ipvsproxy.reconcile.operations import (
 
 @dataclass(frozen=True, slots=True)
 class AppliedRecord:
-    """The desired objects the last sync left in place (failed ones excluded)."""
+    """The desired state the last sync applied, less the objects whose ops failed there."""
 
-    interface: bool = False
-    virtual_servers: tuple[tuple[VirtualServerKey, VirtualServer], ...] = ()
-    real_servers: tuple[tuple[RealServerRef, RealServer], ...] = ()
+    desired: DesiredState | None = None
+    interface_failed: bool = False
+    virtual_servers: frozenset[VirtualServerKey] = frozenset()
+    real_servers: frozenset[RealServerRef] = frozenset()
     addresses: frozenset[IPAddress] = frozenset()
-    ipsets: tuple[tuple[str, IPSetSpec], ...] = ()
+    ipsets: frozenset[str] = frozenset()
     ipset_entries: frozenset[tuple[str, str]] = frozenset()
-    iptables: tuple[IptablesRuleset, ...] = ()
+    iptables: frozenset[IPFamily] = frozenset()
 
 
 def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRecord:
-    failed_ops = list(failed)
-    virtual = {key: wanted.server for key, wanted in desired.virtual_servers.items()}
-    real = {
-        RealServerRef(key, real_key): server
-        for key, wanted in desired.virtual_servers.items()
-        for real_key, server in wanted.real_servers.items()
-    }
-    addresses = set(desired.bound_addresses)
-    ipsets = {name: content.spec for name, content in desired.ipsets.items()}
-    entries = {
-        (name, e) for name, content in desired.ipsets.items() for e in canonical_entries(content)
-    }
-    iptables = {ruleset.family: ruleset for ruleset in desired.iptables}
-    interface = True
-    for op in failed_ops:
+    """O(failures): the desired state is kept as it is, the failed objects beside it."""
+    interface_failed = False
+    virtual: set[VirtualServerKey] = set()
+    real: set[RealServerRef] = set()
+    addresses: set[IPAddress] = set()
+    ipsets: set[str] = set()
+    entries: set[tuple[str, str]] = set()
+    iptables: set[IPFamily] = set()
+    for op in failed:
         match op:
             case EnsureInterface():
-                interface = False
+                interface_failed = True
             case AddVirtualServer(server) | UpdateVirtualServer(server):
-                virtual.pop(server.key, None)
+                virtual.add(server.key)
             case AddRealServer(key, server) | UpdateRealServer(key, server):
-                real.pop(RealServerRef(key, server.key), None)
+                real.add(RealServerRef(key, server.key))
             case BindAddress(address):
-                addresses.discard(address)
+                addresses.add(address)
             case CreateIPSet(spec):
-                ipsets.pop(spec.name, None)
+                ipsets.add(spec.name)
             case AddIPSetEntries(name, failed_entries):
-                entries.difference_update((name, e) for e in failed_entries)
+                entries.update((name, e) for e in failed_entries)
             case RestoreIptables(ruleset):
-                iptables.pop(ruleset.family, None)
+                iptables.add(ruleset.family)
     return AppliedRecord(
-        interface=interface,
-        virtual_servers=tuple(virtual.items()),
-        real_servers=tuple(real.items()),
-        addresses=frozenset(addresses),
-        ipsets=tuple(ipsets.items()),
-        ipset_entries=frozenset(entries),
-        iptables=tuple(iptables.values()),
+        desired,
+        interface_failed,
+        frozenset(virtual),
+        frozenset(real),
+        frozenset(addresses),
+        frozenset(ipsets),
+        frozenset(entries),
+        frozenset(iptables),
     )
+
+
+def _ruleset(desired: DesiredState, family: IPFamily) -> IptablesRuleset | None:
+    return next((r for r in desired.iptables if r.family is family), None)
 
 
 def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
     """Drift repairs among ``ops`` (those the sync wrote or tried to), counted by kind."""
-    virtual = dict(record.virtual_servers)
-    real = dict(record.real_servers)
-    ipsets = dict(record.ipsets)
-    iptables: dict[IPFamily, IptablesRuleset] = {r.family: r for r in record.iptables}
+    before = record.desired
     drift: Counter[str] = Counter()
+    if before is None:
+        return drift
     for op in ops:
         match op:
-            case EnsureInterface() if record.interface:
-                drift["interface"] += 1
+            case EnsureInterface():
+                drift["interface"] += not record.interface_failed
             case AddVirtualServer(server) | UpdateVirtualServer(server):
-                drift["virtual_server"] += virtual.get(server.key) == server
+                was = before.virtual_servers.get(server.key)
+                drift["virtual_server"] += (
+                    was is not None
+                    and was.server == server
+                    and server.key not in record.virtual_servers
+                )
             case AddRealServer(key, server) | UpdateRealServer(key, server):
-                drift["real_server"] += real.get(RealServerRef(key, server.key)) == server
+                was = before.virtual_servers.get(key)
+                drift["real_server"] += (
+                    was is not None
+                    and was.real_servers.get(server.key) == server
+                    and RealServerRef(key, server.key) not in record.real_servers
+                )
             case BindAddress(address):
-                drift["address"] += address in record.addresses
+                drift["address"] += (
+                    address in before.bound_addresses and address not in record.addresses
+                )
             case CreateIPSet(spec):
-                drift["ipset"] += ipsets.get(spec.name) == spec
+                content = before.ipsets.get(spec.name)
+                drift["ipset"] += (
+                    content is not None and content.spec == spec and spec.name not in record.ipsets
+                )
             case AddIPSetEntries(name, entries):
-                drift["ipset_entry"] += sum((name, e) in record.ipset_entries for e in entries)
+                content = before.ipsets.get(name)
+                had = canonical_entries(content) if content is not None else frozenset()
+                drift["ipset_entry"] += sum(
+                    e in had and (name, e) not in record.ipset_entries for e in entries
+                )
             case RestoreIptables(ruleset):
-                drift["iptables"] += iptables.get(ruleset.family) == ruleset
+                drift["iptables"] += (
+                    _ruleset(before, ruleset.family) == ruleset
+                    and ruleset.family not in record.iptables
+                )
     return +drift

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from ipvsproxy.kernel.ipset_entries import EntryError, parse_entry
-from ipvsproxy.model import IPSetContent, IPSetSpec
+from ipvsproxy.model import IPFamily, IPSetContent
 from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,
     CreateIPSet,
@@ -14,16 +15,19 @@ from ipvsproxy.reconcile.operations import (
 )
 
 
-def _canonical(spec: IPSetSpec, entry: str) -> str:
+# Every sync compares every entry; parsing them again each time cost most of a no-op sync.
+@lru_cache(maxsize=1 << 18)
+def _canonical(entry: str, set_type: str, family: IPFamily) -> str:
     try:
-        return str(parse_entry(entry, spec.set_type, spec.family))
+        return str(parse_entry(entry, set_type, family))
     except EntryError:
         return entry
 
 
 def canonical_entries(content: IPSetContent) -> frozenset[str]:
     """The entries as the kernel lists them, so equal entries compare equal; bad ones as given."""
-    return frozenset(_canonical(content.spec, entry) for entry in content.entries)
+    spec = content.spec
+    return frozenset(_canonical(entry, spec.set_type, spec.family) for entry in content.entries)
 
 
 def plan_ipsets(

@@ -90,20 +90,27 @@ def plan_ipvs(
             continue
         if current.server != wanted.server:
             changes.append(UpdateVirtualServer(wanted.server))
-        for real in _by_key(wanted.real_servers.keys() | current.real_servers.keys()):
-            want = wanted.real_servers.get(real)
-            have = current.real_servers.get(real)
-            if want is None and have is not None:
-                ref = RealServerRef(key, real)
-                removal = remove_real_server(ref, have, drains.get(ref), now, grace_period)
-                removals.extend(removal.ops)
-                flushes.extend(removal.flushes)
-                if removal.drain is not None:
-                    draining.append(removal.drain)
-            elif have is None and want is not None:
-                changes.append(AddRealServer(key, want))
-            elif have is not None and want is not None and have.server != want:
-                changes.append(UpdateRealServer(key, want))
+        wanted_reals, current_reals = wanted.real_servers, current.real_servers
+        differing = (
+            real
+            for real, want in wanted_reals.items()
+            if (have := current_reals.get(real)) is None or have.server != want
+        )
+        for real in _by_key(differing):
+            want = wanted_reals[real]
+            have = current_reals.get(real)
+            changes.append(
+                AddRealServer(key, want) if have is None else UpdateRealServer(key, want)
+            )
+        for real in _by_key(r for r in current_reals if r not in wanted_reals):
+            ref = RealServerRef(key, real)
+            removal = remove_real_server(
+                ref, current_reals[real], drains.get(ref), now, grace_period
+            )
+            removals.extend(removal.ops)
+            flushes.extend(removal.flushes)
+            if removal.drain is not None:
+                draining.append(removal.drain)
     stale = [
         key
         for key in sorted(actual, key=VirtualServerKey.sort_key)
