@@ -452,3 +452,17 @@ def test_a_refused_ipset_entry_is_reported_alone_and_the_others_are_added(
         "add not-an-entry to ipset KUBE-CLUSTER-IP"
     ]
     assert fake.ipsets.list_sets()[spec.name].entries == entries - {"not-an-entry"}
+
+
+def test_chains_removed_behind_our_back_are_restored_and_counted_as_drift(
+    fake: FakeKernel, clock: ManualClock
+) -> None:
+    proxy = reconciler(fake, clock)
+    state = desired({TCP_VS: [POD_A]}, iptables=(RULESET,))
+    proxy.sync(state)
+    fake.iptables.remove(IPFamily.IPV4, fake.iptables.our_chains(IPFamily.IPV4))
+
+    repaired = proxy.sync(state)
+
+    assert repaired.drift == {"iptables": 1}
+    assert "KUBE-SERVICES" in fake.iptables.our_chains(IPFamily.IPV4)["nat"]
