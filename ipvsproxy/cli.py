@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,17 +12,23 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
+from ipvsproxy.cluster.api import read_cluster
+from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.addresses import NetlinkAddresses
+from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.ipsets import NetlinkIPSets
 from ipvsproxy.kernel.iptables import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
 from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
-from ipvsproxy.model import DesiredState, IPVSTable, ObjectKey
+from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
-from ipvsproxy.render import plan_json, plan_text
+from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.reconcile.state import EMPTY_KERNEL
+from ipvsproxy.reconcile.syncplan import plan_sync
+from ipvsproxy.render import sync_plan_json, sync_plan_text, sync_result_json, sync_result_text
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import translate
 
@@ -123,11 +129,22 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
     return resolved.config
 
 
-def _desired_state(source: Path, config: ProxyConfig) -> DesiredState:
+def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
+    """The cluster from --source, else from the API server (--kubeconfig, --master)."""
     try:
-        snapshot, rejections = load_snapshot(source, config.hostname)
-    except SourceError as error:
+        if source is not None:
+            return load_snapshot(source, config.hostname)
+        with connect(config.kubeconfig, config.master or None) as api:
+            read = read_cluster(
+                api, config.hostname, service_proxy_name=config.settings.service_proxy_name
+            )
+            return read.snapshot, read.rejections
+    except (SourceError, ApiError) as error:
         _fail(str(error))
+
+
+def _desired_state(source: Path | None, config: ProxyConfig) -> DesiredState:
+    snapshot, rejections = _snapshot(source, config)
     desired = translate(snapshot, config.settings)
     return replace(desired, rejections=(*rejections, *desired.rejections))
 
@@ -143,24 +160,54 @@ _output_option = click.option(
 @_output_option
 @_proxy_options
 def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: object) -> None:
-    """Reconcile the kernel's IPVS state with the cluster."""
+    """Reconcile the kernel's IPVS state with the cluster.
+
+    Exit 0 when every operation applied, 1 when some failed (each listed), 2 for usage and
+    precondition errors.
+    """
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    source: Path | None = ctx.params["source"]
-    if source is None:
-        _fail("reading the cluster from the API server is not implemented yet; use --source PATH")
-    if not dry_run:
-        _fail("applying a plan to the kernel is not implemented yet; use --dry-run")
-    desired = _desired_state(source, config)
-    ops = plan_ipvs(desired, {}, owned_addresses(desired, ()))
+    desired = _desired_state(ctx.params["source"], config)
+    if dry_run:
+        _dry_run(desired, output)
+        return
+    _check_preconditions(_schedulers(desired))
+    with real_kernel() as kernel:
+        try:
+            changed = ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp)
+        except SysctlError as error:
+            _fail(str(error))
+        for change in changed:
+            click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
+        result = Reconciler(kernel).sync(desired)
     if output == "json":
-        click.echo(plan_json(ops, desired))
+        click.echo(sync_result_json(result, desired))
     else:
-        click.echo(
-            "# dry run against an empty IPVS table: reading the kernel is not implemented yet"
-        )
-        click.echo(plan_text(ops, desired))
+        click.echo(sync_plan_text(result.plan, desired))
+        click.echo(sync_result_text(result))
+    sys.exit(0 if result.ok else 1)
+
+
+def _schedulers(desired: DesiredState) -> set[str]:
+    return {wanted.server.scheduler for wanted in desired.virtual_servers.values()}
+
+
+def _dry_run(desired: DesiredState, output: str) -> None:
+    """The plan against the kernel's state when it can be read, else against an empty one."""
+    try:
+        check_ipvs(_schedulers(desired))
+        with real_kernel() as kernel:
+            plan = Reconciler(kernel).plan(desired)
+        header = "# dry run: the plan against the kernel's current state; nothing is changed"
+    except PreconditionError as error:
+        plan = plan_sync(desired, EMPTY_KERNEL)
+        header = f"# dry run against an empty kernel state ({error}); nothing is changed"
+    if output == "json":
+        click.echo(sync_plan_json(plan, desired))
+    else:
+        click.echo(header)
+        click.echo(sync_plan_text(plan, desired))
 
 
 @main.command()
@@ -179,9 +226,9 @@ def cleanup() -> None:
     sys.exit(1 if report.failed else 0)
 
 
-def _check_preconditions() -> None:
+def _check_preconditions(schedulers: Iterable[str] = ()) -> None:
     try:
-        check_ipvs()
+        check_ipvs(schedulers)
     except PreconditionError as error:
         _fail(str(error))
 
@@ -208,11 +255,13 @@ def _kernel_ipvs_table() -> IPVSTable:
 def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -> None:
     """Show the live kernel state in Kubernetes terms.
 
-    Service names come from --source (the API later); without one, the kernel's table alone.
+    Service names come from --source or from the API server (--kubeconfig, --master); with
+    neither, the kernel's table alone, without names.
     """
     only = _service_filter(service)
     config = _resolve_config(ctx)
     source: Path | None = ctx.params["source"]
-    desired = _desired_state(source, config) if source else None
+    named = source is not None or config.kubeconfig is not None or bool(config.master)
+    desired = _desired_state(source, config) if named else None
     view = build_view(_kernel_ipvs_table(), desired, only)
     click.echo(view_json(view) if output == "json" else view_text(view))

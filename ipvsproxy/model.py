@@ -446,12 +446,16 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # Node addresses that carry NodePort virtual servers; never bound on kube-ipvs0.
+    # The node's own addresses that carry our virtual servers (NodePorts, and external or
+    # load-balancer IPs the node already has); never bound on kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]
     # Virtual servers inside these are someone else's: never touched (--ipvs-exclude-cidrs).
     exclude_cidrs: tuple[IPNetwork, ...] = ()
+    # Every address NodePorts may use, whether one exists now or not: what is left on them is
+    # ours to clean up once the last NodePort service goes.
+    node_port_addresses: frozenset[IPAddress] = frozenset()
     health_check_node_ports: Mapping[ObjectKey, int] = field(
         default_factory=lambda: MappingProxyType({})
     )

@@ -1,4 +1,9 @@
-"""A plan in Kubernetes terms, as text that reads like a diff or as JSON."""
+"""A plan in Kubernetes terms, as text that reads like a diff or as JSON.
+
+``plan_text``/``plan_json`` show IPVS ops alone; ``sync_plan_text``/``sync_plan_json`` show a
+whole SyncPlan: virtual servers grouped with their real servers, drains, and a summary of the
+address, ipset, iptables and conntrack work.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,18 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.reconcile.graceful import Drain
+from ipvsproxy.reconcile.operations import (
+    AddIPSetEntries,
+    CreateIPSet,
+    DeleteIPSetEntries,
+    PlanOp,
+    RealServerRef,
+    virtual_of,
+)
+from ipvsproxy.reconcile.reconciler import SyncResult
+from ipvsproxy.reconcile.syncplan import SyncPlan
 
 
 def _virtual(server: VirtualServer) -> str:
@@ -72,6 +89,175 @@ def plan_json(ops: Sequence[IPVSOp], desired: DesiredState) -> str:
             ],
             "counts": dict(sorted(_counts(ops).items())),
             "skipped": [{"object": r.object, "reason": r.reason} for r in desired.rejections],
+        },
+        indent=2,
+    )
+
+
+FLUSHED = "  conntrack entries flushed"
+
+
+def _header(
+    key: VirtualServerKey, ops: Sequence[IPVSOp], plan: SyncPlan, desired: DesiredState
+) -> str:
+    """The virtual server's line: added, updated, deleted, or unchanged (context)."""
+    for op in ops:
+        match op:
+            case AddVirtualServer(server):
+                return f"+ {_virtual(server)}{_owner(desired, key)}"
+            case UpdateVirtualServer(server):
+                return f"~ {_virtual(server)}{_owner(desired, key)}"
+            case DeleteVirtualServer():
+                flushed = any(flush.virtual == key for flush in plan.ipvs.flushes)
+                return f"- {key}  (no longer desired)" + (FLUSHED if flushed else "")
+    wanted = desired.virtual_servers.get(key)
+    shown = _virtual(wanted.server) if wanted else str(key)
+    return f"  {shown}{_owner(desired, key)}"
+
+
+def _connections(drain: Drain) -> str:
+    return f"{drain.active_connections} active, {drain.inactive_connections} inactive connections"
+
+
+def _real_line(
+    op: IPVSOp, drains: dict[RealServerRef, Drain], flushed: set[RealServerRef]
+) -> str | None:
+    match op:
+        case AddRealServer(_, server):
+            return f"    + {_real(server)}"
+        case UpdateRealServer(virtual, server):
+            drain = drains.get(RealServerRef(virtual, server.key))
+            if drain is not None and server.weight == 0:
+                return f"    ~ {_real(server)}  draining ({_connections(drain)})"
+            return f"    ~ {_real(server)}"
+        case DeleteRealServer(virtual, key):
+            return f"    - {key}" + (FLUSHED if RealServerRef(virtual, key) in flushed else "")
+    return None
+
+
+def _ipvs_lines(plan: SyncPlan, desired: DesiredState) -> list[str]:
+    by_virtual: dict[VirtualServerKey, list[IPVSOp]] = {}
+    for op in plan.ipvs.ops:
+        by_virtual.setdefault(virtual_of(op), []).append(op)
+    drains = {drain.ref: drain for drain in plan.ipvs.draining}
+    flushed = {RealServerRef(flush.virtual, flush.real) for flush in plan.ipvs.flushes}
+    for drain in plan.ipvs.draining:
+        by_virtual.setdefault(drain.ref.virtual, [])
+    lines: list[str] = []
+    for key in sorted(by_virtual, key=VirtualServerKey.sort_key):
+        ops = by_virtual[key]
+        lines.append(_header(key, ops, plan, desired))
+        lines.extend(line for op in ops if (line := _real_line(op, drains, flushed)) is not None)
+        changed = {op.server.key for op in ops if isinstance(op, UpdateRealServer)}
+        lines.extend(
+            f"    = {drain.ref.real} weight 0  draining, waiting ({_connections(drain)})"
+            for drain in plan.ipvs.draining
+            if drain.ref.virtual == key and drain.ref.real not in changed
+        )
+    return lines
+
+
+def _listed(items: Sequence[object], limit: int = 5) -> str:
+    shown = ", ".join(str(item) for item in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _summary_lines(plan: SyncPlan) -> list[str]:
+    lines: list[str] = []
+    if plan.create_interface:
+        lines.append(f"+ interface {plan.interface}")
+    if plan.bind:
+        lines.append(
+            f"+ {len(plan.bind)} addresses on {plan.interface}: "
+            f"{_listed([op.address for op in plan.bind])}"
+        )
+    if plan.unbind:
+        lines.append(
+            f"- {len(plan.unbind)} addresses from {plan.interface}: "
+            f"{_listed([op.address for op in plan.unbind])}"
+        )
+    created = [op.spec.name for op in plan.ipsets if isinstance(op, CreateIPSet)]
+    added = sum(len(op.entries) for op in plan.ipsets if isinstance(op, AddIPSetEntries))
+    deleted = sum(len(op.entries) for op in plan.ipsets if isinstance(op, DeleteIPSetEntries))
+    if created:
+        lines.append(f"+ {len(created)} ipsets: {_listed(created)}")
+    if added or deleted:
+        lines.append(f"~ ipset entries: {added} to add, {deleted} to delete")
+    if plan.iptables:
+        families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
+        lines.append(f"~ iptables chains ({families}): restored where they differ")
+    return lines
+
+
+def _sync_counts(plan: SyncPlan) -> str:
+    counts = plan.counts()
+    summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+    draining = f"; {len(plan.ipvs.draining)} draining" if plan.ipvs.draining else ""
+    return f"{sum(counts.values())} operations" + (f": {summary}" if counts else "") + draining
+
+
+def sync_plan_text(plan: SyncPlan, desired: DesiredState) -> str:
+    lines = [*_summary_lines(plan), *_ipvs_lines(plan, desired), _sync_counts(plan)]
+    lines.extend(f"skipped {r.object}: {r.reason}" for r in desired.rejections)
+    return "\n".join(lines)
+
+
+def _operations(ops: Sequence[PlanOp]) -> list[dict[str, str]]:
+    return [{"op": type(op).__name__, "text": describe(op)} for op in ops]
+
+
+def _drains(drains: Sequence[Drain]) -> list[dict[str, str | int]]:
+    return [
+        {
+            "virtual_server": str(drain.ref.virtual),
+            "real_server": str(drain.ref.real),
+            "active_connections": drain.active_connections,
+            "inactive_connections": drain.inactive_connections,
+        }
+        for drain in drains
+    ]
+
+
+def _plan_dict(plan: SyncPlan, desired: DesiredState) -> dict[str, object]:
+    return {
+        "operations": _operations(plan.operations()),
+        "draining": _drains(plan.ipvs.draining),
+        "counts": dict(sorted(plan.counts().items())),
+        "skipped": [{"object": r.object, "reason": r.reason} for r in desired.rejections],
+    }
+
+
+def sync_plan_json(plan: SyncPlan, desired: DesiredState) -> str:
+    return json.dumps(_plan_dict(plan, desired), indent=2)
+
+
+def sync_result_text(result: SyncResult) -> str:
+    """What a sync did, after its plan: totals, drift repaired, and each failure on a line."""
+    lines = [
+        f"applied {len(result.applied)} operations ({result.writes} kernel writes), "
+        f"{len(result.failures)} failed, {len(result.held_back)} held back, "
+        f"{len(result.draining)} draining"
+    ]
+    if result.drift:
+        repaired = ", ".join(f"{count} {kind}" for kind, count in sorted(result.drift.items()))
+        lines.append(f"drift repaired: {repaired}")
+    lines.extend(f"failed: {failure}" for failure in result.failures)
+    return "\n".join(lines)
+
+
+def sync_result_json(result: SyncResult, desired: DesiredState) -> str:
+    return json.dumps(
+        {
+            "plan": _plan_dict(result.plan, desired),
+            "applied": _operations(result.applied),
+            "failures": [
+                {"text": str(f), "errno": f.error.errno, "reason": f.error.message}
+                for f in result.failures
+            ],
+            "held_back": _operations(result.held_back),
+            "draining": _drains(result.draining),
+            "writes": result.writes,
+            "drift": dict(sorted(result.drift.items())),
         },
         indent=2,
     )

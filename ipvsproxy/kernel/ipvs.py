@@ -300,6 +300,8 @@ class NetlinkIPVS:
 class _FakeVirtualServer:
     server: VirtualServer
     real_servers: dict[RealServerKey, RealServer] = field(default_factory=dict)
+    # (active, inactive) connections, as tests set them; a deleted real server loses them.
+    connections: dict[RealServerKey, tuple[int, int]] = field(default_factory=dict)
 
 
 def _refusal(code: int) -> OpError:
@@ -316,10 +318,22 @@ class FakeIPVS:
         return {
             key: VirtualServerState(
                 entry.server,
-                {rs_key: RealServerState(rs) for rs_key, rs in entry.real_servers.items()},
+                {
+                    rs_key: RealServerState(rs, *entry.connections.get(rs_key, (0, 0)))
+                    for rs_key, rs in entry.real_servers.items()
+                },
             )
             for key, entry in self._table.items()
         }
+
+    def set_connections(
+        self, virtual: VirtualServerKey, real: RealServerKey, active: int, inactive: int = 0
+    ) -> None:
+        """Stand for clients: the ActiveConn/InActConn the kernel would count for ``real``."""
+        entry = self._table[virtual]
+        if real not in entry.real_servers:
+            raise KeyError(real)
+        entry.connections[real] = (active, inactive)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         return [self._apply_one(op) for op in ops]
@@ -360,6 +374,7 @@ class FakeIPVS:
                 entry = self._table.get(virtual)
                 if entry is None:
                     return _refusal(errno.ESRCH)
+                entry.connections.pop(key, None)
                 if entry.real_servers.pop(key, None) is None:
                     return _refusal(errno.ENOENT)
         return None

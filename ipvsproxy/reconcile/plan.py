@@ -1,65 +1,139 @@
-"""The pure diff: desired IPVS state against the kernel's, as a minimal list of typed ops."""
+"""The pure diff: desired IPVS state against the kernel's, as a minimal set of typed ops."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
-    DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
     IPAddress,
     IPVSOp,
     IPVSTable,
+    RealServerKey,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.reconcile.graceful import (
+    DEFAULT_GRACE_PERIOD,
+    DRAINED_PROTOCOLS,
+    Drain,
+    remove_real_server,
+)
+from ipvsproxy.reconcile.operations import FlushConntrack, RealServerRef
+
+NO_DRAINS: Mapping[RealServerRef, float] = MappingProxyType({})
 
 
 def owned_addresses(desired: DesiredState, bound_now: Iterable[IPAddress]) -> frozenset[IPAddress]:
     """Addresses whose virtual servers are ours: kube-ipvs0's, now or to be, and node ports'."""
-    return desired.bound_addresses | desired.node_addresses | frozenset(bound_now)
+    return (
+        desired.bound_addresses
+        | desired.node_addresses
+        | desired.node_port_addresses
+        | frozenset(bound_now)
+    )
+
+
+def excluded(address: IPAddress, desired: DesiredState) -> bool:
+    return any(address in cidr for cidr in desired.exclude_cidrs)
+
+
+@dataclass(frozen=True, slots=True)
+class IPVSPlan:
+    """IPVS ops in three stages, applied in this order."""
+
+    # Virtual servers added or updated, real servers added, weights restored.
+    changes: tuple[IPVSOp, ...] = ()
+    # Real servers drained (weight 0) or deleted, on virtual servers that stay.
+    removals: tuple[IPVSOp, ...] = ()
+    # Whole virtual servers that are ours and no longer desired.
+    stale: tuple[DeleteVirtualServer, ...] = ()
+    flushes: tuple[FlushConntrack, ...] = ()
+    draining: tuple[Drain, ...] = ()
+
+    @property
+    def ops(self) -> tuple[IPVSOp, ...]:
+        return (*self.changes, *self.removals, *self.stale)
+
+
+def _by_key(keys: Iterable[RealServerKey]) -> list[RealServerKey]:
+    return sorted(keys, key=RealServerKey.sort_key)
 
 
 def plan_ipvs(
-    desired: DesiredState, actual: IPVSTable, owned: frozenset[IPAddress]
-) -> list[IPVSOp]:
+    desired: DesiredState,
+    actual: IPVSTable,
+    owned: frozenset[IPAddress],
+    *,
+    drains: Mapping[RealServerRef, float] = NO_DRAINS,
+    now: float = 0.0,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+) -> IPVSPlan:
     """Ops that turn ``actual`` into ``desired``; virtual servers not ``owned`` are left alone.
 
-    Virtual servers come before their real servers, deletions of stale virtual servers last,
-    so a batch applied in order never leaves a service without the real servers it had.
+    ``drains`` maps each real server this process started draining to when it started; a
+    weight-0 real server that is not desired and not in it (a restart) starts draining now.
     """
-    ops: list[IPVSOp] = []
+    changes: list[IPVSOp] = []
+    removals: list[IPVSOp] = []
+    flushes: list[FlushConntrack] = []
+    draining: list[Drain] = []
     for key in sorted(desired.virtual_servers, key=VirtualServerKey.sort_key):
         wanted = desired.virtual_servers[key]
         current = actual.get(key)
         if current is None:
-            ops.append(AddVirtualServer(wanted.server))
-            ops.extend(
-                AddRealServer(key, wanted.real_servers[real])
-                for real in sorted(wanted.real_servers, key=lambda k: k.sort_key())
+            changes.append(AddVirtualServer(wanted.server))
+            changes.extend(
+                AddRealServer(key, wanted.real_servers[r]) for r in _by_key(wanted.real_servers)
             )
             continue
         if current.server != wanted.server:
-            ops.append(UpdateVirtualServer(wanted.server))
-        both = wanted.real_servers.keys() | current.real_servers.keys()
-        for real in sorted(both, key=lambda k: k.sort_key()):
-            want = wanted.real_servers.get(real)
-            have = current.real_servers.get(real)
-            if want is None:
-                ops.append(DeleteRealServer(key, real))
-            elif have is None:
-                ops.append(AddRealServer(key, want))
-            elif have.server != want:
-                ops.append(UpdateRealServer(key, want))
-    ops.extend(
-        DeleteVirtualServer(key)
+            changes.append(UpdateVirtualServer(wanted.server))
+        wanted_reals, current_reals = wanted.real_servers, current.real_servers
+        differing = (
+            real
+            for real, want in wanted_reals.items()
+            if (have := current_reals.get(real)) is None or have.server != want
+        )
+        for real in _by_key(differing):
+            want = wanted_reals[real]
+            have = current_reals.get(real)
+            changes.append(
+                AddRealServer(key, want) if have is None else UpdateRealServer(key, want)
+            )
+        for real in _by_key(r for r in current_reals if r not in wanted_reals):
+            ref = RealServerRef(key, real)
+            removal = remove_real_server(
+                ref, current_reals[real], drains.get(ref), now, grace_period
+            )
+            removals.extend(removal.ops)
+            flushes.extend(removal.flushes)
+            if removal.drain is not None:
+                draining.append(removal.drain)
+    stale = [
+        key
         for key in sorted(actual, key=VirtualServerKey.sort_key)
         if key not in desired.virtual_servers
         and key.address in owned
-        and not any(key.address in cidr for cidr in desired.exclude_cidrs)
+        and not excluded(key.address, desired)
+    ]
+    # kube-proxy deletes a stale virtual server outright; its UDP/SCTP flows still need forgetting.
+    flushes.extend(
+        FlushConntrack(key, real)
+        for key in stale
+        if key.protocol not in DRAINED_PROTOCOLS
+        for real in _by_key(actual[key].real_servers)
     )
-    return ops
+    return IPVSPlan(
+        changes=tuple(changes),
+        removals=tuple(removals),
+        stale=tuple(DeleteVirtualServer(key) for key in stale),
+        flushes=tuple(flushes),
+        draining=tuple(draining),
+    )

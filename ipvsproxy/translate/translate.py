@@ -292,6 +292,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         virtual_servers=MappingProxyType(merged.servers),
         bound_addresses=frozenset(merged.bound),
         node_addresses=frozenset(merged.nodes),
+        node_port_addresses=frozenset(node.node_port_addresses),
         ipsets=MappingProxyType(ipsets),
         iptables=build_iptables(settings, ipsets, no_node_access, node.pod_cidrs),
         exclude_cidrs=settings.exclude_cidrs,

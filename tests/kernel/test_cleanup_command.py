@@ -68,7 +68,7 @@ def synced_node() -> Iterator[tuple[NetlinkIPVS, NetlinkAddresses, NetlinkIPSets
         binds = [BindAddress(address) for address in desired.bound_addresses]
         assert addresses.apply(DUMMY_INTERFACE, binds) == [None] * len(binds)
         ops = [
-            *plan_ipvs(desired, {}, owned_addresses(desired, ())),
+            *plan_ipvs(desired, {}, owned_addresses(desired, ())).ops,
             AddVirtualServer(VirtualServer(FOREIGN_ON_NODE)),
             AddVirtualServer(VirtualServer(FOREIGN_ELSEWHERE)),
         ]

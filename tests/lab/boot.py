@@ -48,6 +48,8 @@ MODULES = (
     "iptable_filter",
     "ip6table_nat",
     "ip6table_filter",
+    "ipt_REJECT",
+    "ip6t_REJECT",
 )
 # Tools the tests call inside the lab, beside the kernel itself.
 LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack")

@@ -58,7 +58,7 @@ class Machine:
         self.ipvs = FakeIPVS()
         self.addresses = FakeAddresses()
         self.ipsets = FakeIPSets()
-        self.ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())))
+        self.ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())).ops)
         self.ipvs.apply(
             [AddVirtualServer(VirtualServer(k)) for k in (FOREIGN_ON_NODE, FOREIGN_ELSEWHERE)]
         )

@@ -42,10 +42,18 @@ def test_dry_run_prints_the_example_plan_against_an_empty_table() -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("# dry run against an empty IPVS table")
+    # This machine has no IPVS, so the plan is against an empty kernel and says why.
+    assert lines[0].startswith("# dry run against an empty kernel state (the ip_vs kernel module")
     assert "+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)" in lines
-    assert "    + 10.244.0.5:53 masquerade weight 1  (on UDP 10.96.0.10:53)" in lines
-    assert lines[-1].startswith("22 operations: 14 AddRealServer, 8 AddVirtualServer")
+    udp = lines.index("+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)")
+    assert lines[udp + 1 : udp + 3] == [
+        "    + 10.244.0.5:53 masquerade weight 1",
+        "    + 10.244.1.7:53 masquerade weight 1",
+    ]
+    assert lines[-1] == (
+        "71 operations: 8 AddIPSetEntries, 14 AddRealServer, 8 AddVirtualServer, "
+        "4 BindAddress, 34 CreateIPSet, 1 EnsureInterface, 2 RestoreIptables"
+    )
 
 
 def test_json_output_counts_the_same_operations() -> None:
@@ -53,15 +61,25 @@ def test_json_output_counts_the_same_operations() -> None:
     result = CliRunner().invoke(main, [*args, "--hostname-override", "node-a"])
     assert result.exit_code == 0
     plan = json.loads(result.output)
-    assert plan["counts"] == {"AddRealServer": 14, "AddVirtualServer": 8}
+    assert plan["counts"] == {
+        "AddIPSetEntries": 8,
+        "AddRealServer": 14,
+        "AddVirtualServer": 8,
+        "BindAddress": 4,
+        "CreateIPSet": 34,
+        "EnsureInterface": 1,
+        "RestoreIptables": 2,
+    }
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["sync", "--dry-run", "--source", EXAMPLE], "sync needs --once"),
-        (["sync", "--once", "--dry-run"], "use --source PATH"),
-        (["sync", "--once", "--source", EXAMPLE], "use --dry-run"),
+        (
+            ["sync", "--once", "--dry-run", "--kubeconfig", "/nonexistent/kubeconfig"],
+            "kubeconfig /nonexistent/kubeconfig: no such file",
+        ),
         (["sync", "--once", "--dry-run", "--source", EXAMPLE, "--ipvs-scheduler", "x"], "'x'"),
     ],
 )
@@ -93,7 +111,7 @@ def test_config_file_settings_reach_the_plan(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, _sync("--config", str(config)))
     assert result.exit_code == 0, result.output
     texts = [op["text"] for op in json.loads(result.stdout)["operations"]]
-    assert "+ UDP 10.96.0.10:53 wlc  (kube-system/kube-dns:dns, ClusterIP)" in texts
+    assert "add virtual server UDP 10.96.0.10:53 wlc" in texts
 
 
 def test_flags_the_config_file_overrides_are_named_in_a_warning(tmp_path: Path) -> None:
@@ -109,7 +127,7 @@ def test_flags_the_config_file_overrides_are_named_in_a_warning(tmp_path: Path) 
         " as kube-proxy does\n"
     )
     texts = [op["text"] for op in json.loads(result.stdout)["operations"]]
-    assert "+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)" in texts
+    assert "add virtual server UDP 10.96.0.10:53 rr" in texts
 
 
 @pytest.mark.parametrize(
@@ -162,8 +180,18 @@ def test_flags_reach_translate_as_settings(
     assert seen == [expected]
 
 
+def test_sync_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_ipvs(*_: object) -> None:
+        raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
+
+    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+    result = CliRunner().invoke(main, ["sync", "--once", "--source", EXAMPLE])
+    assert result.exit_code == 2
+    assert result.output == "ipvsproxy: the ip_vs kernel module is not loaded; run modprobe ip_vs\n"
+
+
 def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def not_root() -> None:
+    def not_root(*_: object) -> None:
         raise PreconditionError(
             "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
         )

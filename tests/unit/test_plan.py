@@ -11,6 +11,9 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     DesiredState,
     DesiredVirtualServer,
+    IPAddress,
+    IPVSOp,
+    IPVSTable,
     ObjectKey,
     Protocol,
     RealServer,
@@ -49,6 +52,10 @@ def desired(*real: RealServer, scheduler: str = "rr", exclude: str | None = None
     )
 
 
+def ops_of(state: DesiredState, actual: IPVSTable, owned: frozenset[IPAddress]) -> list[IPVSOp]:
+    return list(plan_ipvs(state, actual, owned).ops)
+
+
 def kernel(
     *real: RealServer, key: VirtualServerKey = KEY
 ) -> dict[VirtualServerKey, VirtualServerState]:
@@ -57,7 +64,7 @@ def kernel(
 
 def test_empty_kernel_gets_the_service_then_its_real_servers() -> None:
     state = desired(POD_B, POD_A)
-    assert plan_ipvs(state, {}, owned_addresses(state, ())) == [
+    assert ops_of(state, {}, owned_addresses(state, ())) == [
         AddVirtualServer(VirtualServer(KEY)),
         AddRealServer(KEY, POD_A),
         AddRealServer(KEY, POD_B),
@@ -66,13 +73,13 @@ def test_empty_kernel_gets_the_service_then_its_real_servers() -> None:
 
 def test_nothing_changed_plans_nothing() -> None:
     state = desired(POD_A, POD_B)
-    assert plan_ipvs(state, kernel(POD_A, POD_B), owned_addresses(state, ())) == []
+    assert ops_of(state, kernel(POD_A, POD_B), owned_addresses(state, ())) == []
 
 
 def test_only_what_differs_is_written() -> None:
     state = desired(POD_A, scheduler="lc")
     drained_a = RealServer(POD_A.key, weight=0)
-    ops = plan_ipvs(state, kernel(drained_a, POD_B), owned_addresses(state, ()))
+    ops = ops_of(state, kernel(drained_a, POD_B), owned_addresses(state, ()))
     assert ops == [
         UpdateVirtualServer(VirtualServer(KEY, scheduler="lc")),
         UpdateRealServer(KEY, POD_A),
@@ -87,6 +94,6 @@ def test_stale_virtual_servers_go_only_on_owned_addresses_outside_excluded_cidrs
     excluded = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("10.96.9.9"), 80)
     actual = kernel(POD_A) | kernel(key=stale) | kernel(key=foreign) | kernel(key=excluded)
     owned = owned_addresses(state, [excluded.address])
-    assert plan_ipvs(desired(POD_A, exclude="10.96.9.0/24"), actual, owned) == [
+    assert ops_of(desired(POD_A, exclude="10.96.9.0/24"), actual, owned) == [
         DeleteVirtualServer(stale)
     ]

@@ -46,7 +46,7 @@ def _desired() -> DesiredState:
 def _kernel_table(desired: DesiredState) -> IPVSTable:
     """The example applied to a fake kernel, one leaving pod at weight 0, a foreign service."""
     ipvs = FakeIPVS()
-    ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())))
+    ipvs.apply(plan_ipvs(desired, {}, owned_addresses(desired, ())).ops)
     results = ipvs.apply(
         [
             AddRealServer(DNS, RealServer(GONE_POD, weight=0)),
@@ -184,7 +184,7 @@ def test_show_command_names_rows_from_source(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_show_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_ipvs() -> None:
+    def no_ipvs(*_: object) -> None:
         raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
 
     monkeypatch.setattr(cli, "check_ipvs", no_ipvs)

@@ -1,0 +1,104 @@
+"""The reconciler: observe the kernel, plan against desired state, apply, remember drains.
+
+It keeps only two things between syncs: when each drain began (to bound it) and what the last
+sync applied (to tell drift from change). Everything else comes from the kernel each time, so
+a failed op is simply planned again, and a new instance adopts whatever a previous one left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ipvsproxy.kernel.bundle import Kernel
+from ipvsproxy.model import DesiredState
+from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
+from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
+from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.operations import (
+    DUMMY_INTERFACE,
+    PlanOp,
+    RealServerRef,
+    RestoreIptables,
+)
+from ipvsproxy.reconcile.state import KernelState, observe
+from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilerSettings:
+    # Longest a removed TCP real server keeps weight 0 waiting for its connections, seconds.
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    interface: str = DUMMY_INTERFACE
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    plan: SyncPlan
+    # Ops that changed the kernel.
+    applied: tuple[PlanOp, ...]
+    failures: tuple[Failure, ...]
+    # Ops not tried because one they depend on failed; planned again next sync.
+    held_back: tuple[PlanOp, ...]
+    draining: tuple[Drain, ...]
+    writes: int
+    # Repairs of objects changed behind our back, by kind ("virtual_server", "real_server", ...).
+    drift: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kernel: Kernel,
+        settings: ReconcilerSettings = ReconcilerSettings(),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kernel = kernel
+        self._settings = settings
+        self._clock = clock
+        self._drains: dict[RealServerRef, float] = {}
+        self._record = AppliedRecord()
+
+    def observe(self) -> KernelState:
+        return observe(self._kernel, self._settings.interface)
+
+    def plan(self, desired: DesiredState, actual: KernelState | None = None) -> SyncPlan:
+        """What a sync would do now; nothing is written."""
+        return plan_sync(
+            desired,
+            self.observe() if actual is None else actual,
+            drains=self._drains,
+            now=self._clock(),
+            grace_period=self._settings.grace_period,
+            interface=self._settings.interface,
+        )
+
+    def sync(self, desired: DesiredState) -> SyncResult:
+        plan = self.plan(desired)
+        outcome = apply_plan(self._kernel, plan)
+        attempted = [
+            *plan.changes(),
+            *(op for op in outcome.applied if isinstance(op, RestoreIptables)),
+        ]
+        drift = count_drift(attempted, self._record)
+        self._record = record_applied(desired, _not_applied(outcome))
+        self._drains = {drain.ref: drain.started for drain in plan.ipvs.draining}
+        return SyncResult(
+            plan=plan,
+            applied=outcome.applied,
+            failures=outcome.failures,
+            held_back=outcome.held_back,
+            draining=plan.ipvs.draining,
+            writes=outcome.writes,
+            drift=MappingProxyType(dict(drift)),
+        )
+
+
+def _not_applied(outcome: ApplyOutcome) -> list[PlanOp]:
+    return [*(failure.op for failure in outcome.failures), *outcome.held_back]

@@ -1,0 +1,79 @@
+"""One sync's whole plan: desired state against the kernel's, every kind of change, in order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ipvsproxy.model import BindAddress, DesiredState, IptablesRuleset, UnbindAddress
+from ipvsproxy.reconcile.addresses import plan_addresses
+from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
+from ipvsproxy.reconcile.ipsets import plan_ipsets
+from ipvsproxy.reconcile.operations import (
+    DUMMY_INTERFACE,
+    EnsureInterface,
+    IPSetOp,
+    PlanOp,
+    RealServerRef,
+    RestoreIptables,
+)
+from ipvsproxy.reconcile.plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.state import KernelState
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    """Apply in field order: nothing serving breaks before its replacement is in place."""
+
+    interface: str
+    create_interface: bool
+    bind: tuple[BindAddress, ...]
+    ipsets: tuple[IPSetOp, ...]
+    iptables: tuple[IptablesRuleset, ...]
+    ipvs: IPVSPlan
+    unbind: tuple[UnbindAddress, ...]
+
+    def operations(self) -> tuple[PlanOp, ...]:
+        """Every op in apply order; conntrack flushes follow the IPVS deletions they go with."""
+        return (
+            *((EnsureInterface(self.interface),) if self.create_interface else ()),
+            *self.bind,
+            *self.ipsets,
+            *map(RestoreIptables, self.iptables),
+            *self.ipvs.ops,
+            *self.ipvs.flushes,
+            *self.unbind,
+        )
+
+    def changes(self) -> tuple[PlanOp, ...]:
+        """The ops that always write: all but the iptables restores, which write only on a diff."""
+        return tuple(op for op in self.operations() if not isinstance(op, RestoreIptables))
+
+    def counts(self) -> Counter[str]:
+        return Counter(type(op).__name__ for op in self.operations())
+
+
+def plan_sync(
+    desired: DesiredState,
+    actual: KernelState,
+    *,
+    drains: Mapping[RealServerRef, float] = NO_DRAINS,
+    now: float = 0.0,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    interface: str = DUMMY_INTERFACE,
+) -> SyncPlan:
+    """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination."""
+    bind, unbind = plan_addresses(desired, actual.bound_addresses)
+    owned = owned_addresses(desired, actual.bound_addresses)
+    return SyncPlan(
+        interface=interface,
+        create_interface=not actual.interface_exists,
+        bind=bind,
+        ipsets=plan_ipsets(desired.ipsets, actual.ipsets),
+        iptables=desired.iptables,
+        ipvs=plan_ipvs(
+            desired, actual.ipvs, owned, drains=drains, now=now, grace_period=grace_period
+        ),
+        unbind=unbind,
+    )

@@ -1,0 +1,229 @@
+"""`ipvsproxy sync --once` and `cleanup` on the real kernel, with real traffic between pods.
+
+The cluster is examples/cluster.yaml, with node-a's address moved onto the lab node and each
+endpoint recreated as a pod at its manifest address, answering with its name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.lab.netns import Client, Node, Pod, ask, sh
+
+EXAMPLE = Path("examples/cluster.yaml")
+EXAMPLE_NODE_IP = "192.168.10.11"
+# name -> (address in the example's EndpointSlices, ports it serves)
+PODS = {
+    "dns-a": ("10.244.0.5", (53, 9153)),
+    "dns-b": ("10.244.1.7", (53, 9153)),
+    "web-a": ("10.244.0.20", (8080,)),
+    "web-b": ("10.244.1.21", (8080,)),
+    "web-c": ("10.244.1.22", (8080,)),  # serving but terminating: must get no traffic
+    "gw-a": ("10.244.0.30", (8443,)),
+    "gw-c": ("10.244.2.31", (8443,)),
+}
+DNS_IP = "10.96.0.10"
+DRAIN_DNS_IP = "10.96.0.53"
+
+
+def ipvsproxy(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipvsproxy", *args], capture_output=True, text=True, check=False
+    )
+
+
+def example_objects() -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = yaml.safe_load(EXAMPLE.read_text())["items"]
+    return objects
+
+
+def write_cluster(
+    path: Path, objects: list[dict[str, Any]], node_ip: str, dns_ip: str = DNS_IP
+) -> Path:
+    text = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects})
+    path.write_text(text.replace(EXAMPLE_NODE_IP, node_ip).replace(DNS_IP, dns_ip))
+    return path
+
+
+def without_endpoint(objects: list[dict[str, Any]], address: str) -> list[dict[str, Any]]:
+    changed = deepcopy(objects)
+    for obj in changed:
+        if obj["kind"] == "EndpointSlice":
+            obj["endpoints"] = [ep for ep in obj["endpoints"] if address not in ep["addresses"]]
+    return changed
+
+
+def sync(source: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    done = ipvsproxy(
+        "sync", "--once", "--source", str(source), "--hostname-override", "node-a", *extra
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def ipvs_table() -> set[str]:
+    return set(sh("ipvsadm", "-Sn").splitlines())
+
+
+def weights(virtual: str) -> dict[str, int]:
+    """real server -> weight on one TCP virtual server, from `ipvsadm -Sn`."""
+    found = {}
+    for line in ipvs_table():
+        words = line.split()
+        if words[:3] == ["-a", "-t", virtual]:
+            found[words[words.index("-r") + 1]] = int(words[words.index("-w") + 1])
+    return found
+
+
+def close_with_reset(sock: socket.socket) -> None:
+    # An RST leaves the IPVS connection in CLOSE (10 s) rather than TIME_WAIT (120 s).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+@pytest.fixture
+def cluster(node: Node, tmp_path: Path) -> Iterator[tuple[dict[str, Pod], Path]]:
+    """The example's pods, and its manifests with node-a's address on the lab node."""
+    pods = {}
+    for name, (address, ports) in PODS.items():
+        pods[name] = node.add_pod(name, ipaddress.IPv4Address(address))
+        for port in ports:
+            pods[name].serve(port)
+    source = write_cluster(tmp_path / "cluster.yaml", example_objects(), str(node.ipv4))
+    yield pods, source
+    ipvsproxy("cleanup")
+
+
+def expected_table(node_ip: str) -> set[str]:
+    def virtual(flag: str, address: str, extra: str = "") -> str:
+        return f"-A {flag} {address} -s rr{extra}"
+
+    def real(flag: str, address: str, server: str) -> str:
+        return f"-a {flag} {address} -r {server} -m -w 1"
+
+    table = {
+        virtual("-t", "10.96.0.10:53"),
+        virtual("-u", "10.96.0.10:53"),
+        virtual("-t", "10.96.0.10:9153"),
+        virtual("-t", "10.96.12.5:80", " -p 3600"),
+        virtual("-t", f"{node_ip}:30080", " -p 3600"),
+        virtual("-t", "10.96.40.1:443"),
+        virtual("-t", f"{node_ip}:31443"),
+        virtual("-t", "203.0.113.10:443"),
+    }
+    for flag, port in (("-t", 53), ("-u", 53), ("-t", 9153)):
+        table |= {
+            real(flag, f"10.96.0.10:{port}", f"{ip}:{port}") for ip in ("10.244.0.5", "10.244.1.7")
+        }
+    for vip in ("10.96.12.5:80", f"{node_ip}:30080"):
+        table |= {real("-t", vip, f"{ip}:8080") for ip in ("10.244.0.20", "10.244.1.21")}
+    table |= {real("-t", "10.96.40.1:443", f"{ip}:8443") for ip in ("10.244.0.30", "10.244.2.31")}
+    # externalTrafficPolicy: Local: node-a's own endpoint only.
+    table |= {
+        real("-t", vip, "10.244.0.30:8443") for vip in (f"{node_ip}:31443", "203.0.113.10:443")
+    }
+    return table
+
+
+def test_example_cluster_is_programmed_exactly_and_serves_each_port(
+    node: Node,
+    cluster: tuple[dict[str, Pod], Path],
+    client: Callable[[Pod | None], Client],
+) -> None:
+    _, source = cluster
+    caller = client(node.add_pod("caller"))
+
+    sync(source)
+
+    assert ipvs_table() == expected_table(str(node.ipv4))
+    assert set(caller.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
+    assert set(caller.udp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
+    assert set(caller.tcp_names(DNS_IP, 9153, 20)) == {"dns-a", "dns-b"}
+    # ClientIP affinity: one caller sticks to one of the ready web pods.
+    for address, port in (("10.96.12.5", 80), (str(node.ipv4), 30080)):
+        answers = caller.tcp_names(address, port, 10)
+        assert len(answers) == 1
+        assert set(answers) <= {"web-a", "web-b"}
+    assert set(caller.tcp_names("10.96.40.1", 443, 20)) == {"gw-a", "gw-c"}
+    assert set(caller.tcp_names(str(node.ipv4), 31443, 10)) == {"gw-a"}
+
+
+def test_a_second_sync_writes_nothing_and_keeps_an_open_connection(
+    node: Node,
+    cluster: tuple[dict[str, Pod], Path],
+    client: Callable[[Pod | None], Client],
+) -> None:
+    _, source = cluster
+    caller = client(node.add_pod("caller"))
+    sync(source)
+    with caller.connect(DNS_IP, 53) as connection:
+        first = ask(connection)
+
+        again = sync(source, "--output", "json")
+
+        assert yaml.safe_load(again.stdout)["counts"] == {}
+        assert ask(connection) == first
+
+
+def test_removed_endpoint_drains_then_goes(
+    node: Node,
+    cluster: tuple[dict[str, Pod], Path],
+    client: Callable[[Pod | None], Client],
+    tmp_path: Path,
+) -> None:
+    # A service address of its own: IPVS hands a real server re-added to a virtual server it
+    # had recently the connections (TIME_WAIT included) that earlier tests left on it.
+    vip = DRAIN_DNS_IP
+    caller = client(node.add_pod("caller"))
+    objects = example_objects()
+    sync(write_cluster(tmp_path / "full.yaml", objects, str(node.ipv4), vip))
+    connection = caller.connect(vip, 53)
+    leaving = ask(connection)
+    staying = "dns-b" if leaving == "dns-a" else "dns-a"
+    address = PODS[leaving][0]
+    shrunk = write_cluster(
+        tmp_path / "shrunk.yaml", without_endpoint(objects, address), str(node.ipv4), vip
+    )
+
+    sync(shrunk)
+
+    assert weights(f"{vip}:53")[f"{address}:53"] == 0
+    # UDP has no connection to wait for: its real server goes at once.
+    assert f"-a -u {vip}:53 -r {address}:53 -m -w 1" not in ipvs_table()
+    assert ask(connection) == leaving
+    assert caller.tcp_names(vip, 53, 10) == {staying: 10}
+
+    close_with_reset(connection)
+    deadline = time.monotonic() + 60
+    while f"{address}:53" in weights(f"{vip}:53") and time.monotonic() < deadline:
+        time.sleep(2)
+        sync(shrunk)
+    assert weights(f"{vip}:53") == {f"{PODS[staying][0]}:53": 1}
+
+
+def test_flushed_table_is_restored(
+    node: Node,
+    cluster: tuple[dict[str, Pod], Path],
+    client: Callable[[Pod | None], Client],
+) -> None:
+    _, source = cluster
+    caller = client(node.add_pod("caller"))
+    sync(source)
+
+    sh("ipvsadm", "-C")
+    sync(source)
+
+    assert ipvs_table() == expected_table(str(node.ipv4))
+    assert set(caller.tcp_names(DNS_IP, 53, 10)) == {"dns-a", "dns-b"}
