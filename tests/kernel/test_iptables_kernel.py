@@ -76,3 +76,16 @@ def test_a_new_process_holds_translates_ruleset_without_writing(ruleset: Iptable
     assert IptablesRestore().restore(ruleset) is True
 
     assert IptablesRestore().restore(ruleset) is False
+
+
+def test_a_rule_the_kernel_prints_its_own_way_is_written_once_per_process() -> None:
+    """REJECT comes back with its default --reject-with, which canonical does not add."""
+    reject = ("-m", "conntrack", "--ctstate", "NEW", "-j", "REJECT")
+    ruleset = IptablesRuleset(IPFamily.IPV4, {"filter": {"KUBE-IPVS-FILTER": (reject,)}})
+    kernel = IptablesRestore()
+    try:
+        assert kernel.restore(ruleset) is True
+        assert kernel.restore(ruleset) is False
+        assert IptablesRestore().restore(ruleset) is True
+    finally:
+        kernel.remove(IPFamily.IPV4, {"filter": frozenset({"KUBE-IPVS-FILTER"})})
