@@ -21,6 +21,7 @@ from typing import Protocol
 from ipvsproxy.kernel.iptables_command import CommandNetfilter
 from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables_text import (
+    IptablesError,
     Rule,
     Tables,
     canonical,
@@ -31,6 +32,8 @@ from ipvsproxy.kernel.iptables_text import (
     target,
 )
 from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
+
+__all__ = ["OUR_CHAINS", "FakeIptables", "IptablesError", "IptablesRestore"]
 
 # The chains kube-proxy's IPVS mode owns and deletes on cleanup; other KUBE-* chains
 # (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
@@ -215,5 +218,4 @@ class FakeIptables(_Iptables):
     """In-memory tables; ``ipset_names`` (when given) lists the sets rules may match."""
 
     def __init__(self, ipset_names: Callable[[], Collection[str]] | None = None) -> None:
-        self.memory = MemoryNetfilter(ipset_names)
-        super().__init__(self.memory)
+        super().__init__(MemoryNetfilter(ipset_names))

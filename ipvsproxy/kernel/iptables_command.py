@@ -21,6 +21,9 @@ BACKENDS = ("nft", "legacy")
 HINT_CHAINS = (":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY ")
 PROBE_TIMEOUT_SECONDS = 10
 PROBE_CHAIN = "IPVSPROXY-PROBE"
+# The xtables lock, as kube-proxy takes it: wait a bounded time, so a stuck holder costs one
+# failed sync (retried) rather than a hung proxy.
+RESTORE_WAIT = "--wait=5"
 _FAILED_LINE = re.compile(r"line:? (\d+)")
 
 
@@ -101,7 +104,7 @@ def _nat_writable(backend: str) -> bool:
     """Create and delete a chain in one commit: nothing stays, but the nat table must work."""
     try:
         _run(
-            [binary(backend, IPFamily.IPV4, "restore"), "--noflush", "--wait"],
+            [binary(backend, IPFamily.IPV4, "restore"), "--noflush", RESTORE_WAIT],
             f"*nat\n:{PROBE_CHAIN} - [0:0]\n-X {PROBE_CHAIN}\nCOMMIT\n",
             timeout=PROBE_TIMEOUT_SECONDS,
         )
@@ -133,4 +136,4 @@ class CommandNetfilter:
         return _run([binary(self.backend, family, "save")])
 
     def restore(self, family: IPFamily, text: str) -> None:
-        _run([binary(self.backend, family, "restore"), "--noflush", "--wait"], text)
+        _run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)
