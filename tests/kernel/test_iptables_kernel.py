@@ -97,6 +97,7 @@ def test_a_rule_the_kernel_prints_its_own_way_is_written_once_per_process() -> N
 def test_restore_takes_the_xtables_lock_and_gives_up_in_one_line() -> None:
     ruleset = IptablesRuleset(IPFamily.IPV4, {"filter": {"KUBE-IPVS-FILTER": ()}})
     kernel = IptablesRestore()
+    assert kernel.our_chains(IPFamily.IPV4) == {}  # the backend is chosen before the lock
     with open(XTABLES_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with pytest.raises(IptablesError) as refused:
