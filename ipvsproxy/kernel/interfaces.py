@@ -76,6 +76,7 @@ class IptablesKernel(Protocol):
         """Write our chains whole (iptables-restore --noflush) and ensure the jumps to them.
 
         True when it wrote; False when the kernel already held exactly these chains and jumps.
+        A chain no longer in ``ruleset`` is left as it is: ``remove`` deletes it.
         """
         ...
 

@@ -21,6 +21,7 @@ from typing import Protocol
 from ipvsproxy.kernel.iptables_command import CommandNetfilter
 from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables_text import (
+    IptablesError,
     Rule,
     Tables,
     canonical,
@@ -31,6 +32,8 @@ from ipvsproxy.kernel.iptables_text import (
     target,
 )
 from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
+
+__all__ = ["OUR_CHAINS", "FakeIptables", "IptablesError", "IptablesRestore"]
 
 # The chains kube-proxy's IPVS mode owns and deletes on cleanup; other KUBE-* chains
 # (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
@@ -114,31 +117,28 @@ def _held(tables: Tables, ruleset: IptablesRuleset, desired: _View) -> _View:
         (table, chain): (tuple(tables[table][chain]) if chain in tables.get(table, {}) else None)
         for table, chain in desired.chains
     }
+    targets = {table: _jump_targets(ruleset, table) for table, _ in desired.jumps}
     jumps = {
         (table, chain): tuple(
-            rule
-            for rule in tables.get(table, {}).get(chain, [])
-            if target(rule) in _jump_targets(ruleset, table)
+            rule for rule in tables.get(table, {}).get(chain, []) if target(rule) in targets[table]
         )
         for table, chain in desired.jumps
     }
     return _View(chains, jumps)
 
 
-def _restore_text(ruleset: IptablesRuleset, held: _View, expected: _View) -> str:
+def _restore_text(ruleset: IptablesRuleset, held: _View, expected: tuple[_View, ...]) -> str:
     """Our chains whole, and the jumps of each built-in chain whose jumps drifted, first."""
-    tables = sorted(
-        {table for table, _ in expected.chains} | {table for table, _ in expected.jumps}
-    )
+    desired = expected[0]
+    tables = sorted({table for table, _ in desired.chains} | {table for table, _ in desired.jumps})
     blocks = []
     for table in tables:
         lines = [f":{chain} - [0:0]" for chain in ruleset.chains.get(table, {})]
-        for (jump_table, chain), rules in expected.jumps.items():
-            if jump_table != table or _same(held.jumps[jump_table, chain], rules):
+        for key, wanted in desired.jumps.items():
+            if key[0] != table or any(_same(held.jumps[key], view.jumps[key]) for view in expected):
                 continue
-            lines += [f"-D {chain} {render_rule(rule)}" for rule in held.jumps[table, chain]]
-            wanted = _desired(ruleset).jumps[table, chain]
-            lines += [f"-I {chain} 1 {render_rule(rule)}" for rule in reversed(wanted)]
+            lines += [f"-D {key[1]} {render_rule(rule)}" for rule in held.jumps[key]]
+            lines += [f"-I {key[1]} 1 {render_rule(rule)}" for rule in reversed(wanted)]
         lines += [
             f"-A {chain} {render_rule(rule)}"
             for chain, rules in ruleset.chains.get(table, {}).items()
@@ -183,8 +183,8 @@ class _Iptables:
         desired = _desired(ruleset)
         held = _held(self._tables(family), ruleset, desired)
         written = self._written.get(family)
-        expected = written[1] if written is not None and written[0] == desired else desired
-        if _holds(held, desired) or _holds(held, expected):
+        expected = (desired, written[1]) if written and written[0] == desired else (desired,)
+        if any(_holds(held, view) for view in expected):
             return False
         self.netfilter.restore(family, _restore_text(ruleset, held, expected))
         self._written[family] = (desired, _held(self._tables(family), ruleset, desired))
@@ -218,5 +218,4 @@ class FakeIptables(_Iptables):
     """In-memory tables; ``ipset_names`` (when given) lists the sets rules may match."""
 
     def __init__(self, ipset_names: Callable[[], Collection[str]] | None = None) -> None:
-        self.memory = MemoryNetfilter(ipset_names)
-        super().__init__(self.memory)
+        super().__init__(MemoryNetfilter(ipset_names))

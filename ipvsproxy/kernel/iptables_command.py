@@ -9,6 +9,7 @@ iptables-nft-restore fails.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from collections.abc import Mapping
@@ -21,34 +22,35 @@ BACKENDS = ("nft", "legacy")
 HINT_CHAINS = (":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY ")
 PROBE_TIMEOUT_SECONDS = 10
 PROBE_CHAIN = "IPVSPROXY-PROBE"
+# The xtables lock, as kube-proxy takes it: wait a bounded time, so a stuck holder costs one
+# failed sync (retried) rather than a hung proxy.
+RESTORE_WAIT = "--wait=5"
 _FAILED_LINE = re.compile(r"line:? (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """What one backend's iptables-save showed, over both families."""
+    """What one backend's iptables-save showed over both families, or why it cannot be used."""
 
-    works: bool
+    unusable: str = ""
     hint_chains: int = 0
     rule_lines: int = 0
 
 
-def probe_of(saved: list[str | None], nat_writable: bool) -> Probe:
-    """``saved``: each family's save output, None where the save failed."""
-    if not saved or saved[0] is None or not nat_writable:
-        return Probe(works=False)
-    lines = [line for text in saved if text for line in text.splitlines()]
+def probe_of(saved: list[str]) -> Probe:
+    """``saved``: the save output of each family that could be read."""
+    lines = [line for text in saved for line in text.splitlines()]
     return Probe(
-        works=True,
         hint_chains=sum(line.startswith(HINT_CHAINS) for line in lines),
         rule_lines=sum(line.startswith("-") for line in lines),
     )
 
 
 def choose_backend(probes: Mapping[str, Probe]) -> str:
-    working = [backend for backend in BACKENDS if probes[backend].works]
+    working = [backend for backend in BACKENDS if not probes[backend].unusable]
     if not working:
-        raise IptablesError("neither iptables-nft-save nor iptables-legacy-save can read tables")
+        reasons = "; ".join(f"{backend}: {probes[backend].unusable}" for backend in BACKENDS)
+        raise IptablesError(f"no iptables backend can write the nat table ({reasons})")
     hinted = [backend for backend in working if probes[backend].hint_chains]
     if hinted:
         return hinted[0]
@@ -90,29 +92,22 @@ def refusal(stderr: str, text: str) -> str:
     return "; ".join(said)
 
 
-def _saved_or_none(command: list[str]) -> str | None:
+def _probe(backend: str) -> Probe:
+    """A save, then a chain created and deleted in one commit: nothing stays, but the nat table
+    must be writable (nf_tables without nft nat support saves fine and writes nothing)."""
     try:
-        return _run(command, timeout=PROBE_TIMEOUT_SECONDS)
-    except IptablesError:
-        return None
-
-
-def _nat_writable(backend: str) -> bool:
-    """Create and delete a chain in one commit: nothing stays, but the nat table must work."""
-    try:
+        saved = [_run([binary(backend, IPFamily.IPV4, "save")], timeout=PROBE_TIMEOUT_SECONDS)]
         _run(
-            [binary(backend, IPFamily.IPV4, "restore"), "--noflush", "--wait"],
+            [binary(backend, IPFamily.IPV4, "restore"), "--noflush", RESTORE_WAIT],
             f"*nat\n:{PROBE_CHAIN} - [0:0]\n-X {PROBE_CHAIN}\nCOMMIT\n",
             timeout=PROBE_TIMEOUT_SECONDS,
         )
-    except IptablesError:
-        return False
-    return True
-
-
-def _probe(backend: str) -> Probe:
-    saved = [_saved_or_none([binary(backend, family, "save")]) for family in IPFamily]
-    return probe_of(saved, saved[0] is not None and _nat_writable(backend))
+    except IptablesError as error:
+        return Probe(unusable=str(error))
+    # A node without IPv6 has no ip6tables tables; that does not make the backend unusable.
+    with contextlib.suppress(IptablesError):
+        saved.append(_run([binary(backend, IPFamily.IPV6, "save")], timeout=PROBE_TIMEOUT_SECONDS))
+    return probe_of(saved)
 
 
 def detect_backend() -> str:
@@ -133,4 +128,4 @@ class CommandNetfilter:
         return _run([binary(self.backend, family, "save")])
 
     def restore(self, family: IPFamily, text: str) -> None:
-        _run([binary(self.backend, family, "restore"), "--noflush", "--wait"], text)
+        _run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)

@@ -23,6 +23,9 @@ ADDRESSES = {
     IPFamily.IPV6: ("fd00:10:244::/48", "2001:db8::1/128", "2001:db8::/64"),
 }
 
+# REJECT as iptables-save prints it: with the family's default ICMP type spelled out.
+REJECT_WITH = {IPFamily.IPV4: "icmp-port-unreachable", IPFamily.IPV6: "icmp6-port-unreachable"}
+
 
 def _ruleset(family: IPFamily) -> IptablesRuleset:
     cluster_cidr = ADDRESSES[family][0]
@@ -50,6 +53,8 @@ def _ruleset(family: IPFamily) -> IptablesRuleset:
         ),
         "KUBE-NODE-PORT": (("-m", "comment", "--comment", "health", *match, "dst,dst",
                             "-j", "ACCEPT"),),
+        "KUBE-IPVS-FILTER": (("-m", "conntrack", "--ctstate", "NEW", *match, "dst,dst",
+                              "-j", "REJECT", "--reject-with", REJECT_WITH[family]),),
     }  # fmt: skip
     jumps = (
         IptablesJump("nat", "PREROUTING", "KUBE-SERVICES", "kubernetes service portals"),
@@ -57,6 +62,7 @@ def _ruleset(family: IPFamily) -> IptablesRuleset:
         IptablesJump("nat", "POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules"),
         IptablesJump("filter", "FORWARD", "KUBE-FORWARD", "kubernetes forwarding rules"),
         IptablesJump("filter", "INPUT", "KUBE-NODE-PORT", "kubernetes health check rules"),
+        IptablesJump("filter", "INPUT", "KUBE-IPVS-FILTER", "kubernetes ipvs access filter"),
     )
     return IptablesRuleset(family, {"nat": nat, "filter": filter_table}, jumps)
 
@@ -128,8 +134,10 @@ def test_restore_writes_chains_as_given_and_jumps_first(iptables: Kernel, family
     for table, chains in ruleset.chains.items():
         for chain, rules in chains.items():
             assert tables[table][chain] == list(rules)
-    for jump in ruleset.jumps:
-        assert _jumps_to(tables, jump.table, jump.chain, jump.target) == [0]
+    for table, chain in {(jump.table, jump.chain) for jump in ruleset.jumps}:
+        wanted = [j.target for j in ruleset.jumps if (j.table, j.chain) == (table, chain)]
+        assert [target(rule) for rule in tables[table][chain][: len(wanted)]] == wanted
+        assert len([r for r in tables[table][chain] if target(r) in wanted]) == len(wanted)
 
 
 def test_a_second_restore_of_the_same_ruleset_writes_nothing(
@@ -234,7 +242,7 @@ def test_our_chains_are_kube_proxy_ipvs_chains_only(iptables: Kernel, family: IP
 
     assert iptables.our_chains(family) == {
         "nat": {"KUBE-SERVICES", "KUBE-NODE-PORT", "KUBE-MARK-MASQ", "KUBE-POSTROUTING"},
-        "filter": {"KUBE-FORWARD", "KUBE-NODE-PORT"},
+        "filter": {"KUBE-FORWARD", "KUBE-NODE-PORT", "KUBE-IPVS-FILTER"},
     }
 
 
@@ -262,6 +270,7 @@ def test_remove_of_everything_leaves_no_jump_behind(iptables: Kernel, family: IP
     assert iptables.our_chains(family) == {}
     assert all(target(rule) != "KUBE-SERVICES" for rule in tables["nat"]["PREROUTING"])
     assert tables["filter"]["INPUT"] == []
+    assert tables["filter"]["FORWARD"] == []
 
 
 def test_a_rule_matching_a_missing_ipset_is_refused_in_one_line(

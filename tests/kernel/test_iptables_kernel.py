@@ -6,6 +6,7 @@ ipset's 31, so the kernel cannot hold the sets the IPv6 rules match.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import subprocess
 from collections.abc import Iterator
@@ -14,10 +15,12 @@ import pytest
 
 from ipvsproxy.kernel.iptables import IptablesRestore
 from ipvsproxy.kernel.iptables_command import binary, detect_backend
-from ipvsproxy.kernel.iptables_text import Rule, is_builtin, parse_save
+from ipvsproxy.kernel.iptables_text import IptablesError, Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset
 from ipvsproxy.translate import Settings
 from ipvsproxy.translate.iptables import build_iptables
+
+XTABLES_LOCK = "/run/xtables.lock"
 
 
 def _sets_matched(ruleset: IptablesRuleset) -> set[str]:
@@ -76,3 +79,30 @@ def test_a_new_process_holds_translates_ruleset_without_writing(ruleset: Iptable
     assert IptablesRestore().restore(ruleset) is True
 
     assert IptablesRestore().restore(ruleset) is False
+
+
+def test_a_rule_the_kernel_prints_its_own_way_is_written_once_per_process() -> None:
+    """REJECT comes back with its default --reject-with, which canonical does not add."""
+    reject = ("-m", "conntrack", "--ctstate", "NEW", "-j", "REJECT")
+    ruleset = IptablesRuleset(IPFamily.IPV4, {"filter": {"KUBE-IPVS-FILTER": (reject,)}})
+    kernel = IptablesRestore()
+    try:
+        assert kernel.restore(ruleset) is True
+        assert kernel.restore(ruleset) is False
+        assert IptablesRestore().restore(ruleset) is True
+    finally:
+        kernel.remove(IPFamily.IPV4, {"filter": frozenset({"KUBE-IPVS-FILTER"})})
+
+
+def test_restore_takes_the_xtables_lock_and_gives_up_in_one_line() -> None:
+    ruleset = IptablesRuleset(IPFamily.IPV4, {"filter": {"KUBE-IPVS-FILTER": ()}})
+    kernel = IptablesRestore()
+    assert kernel.our_chains(IPFamily.IPV4) == {}  # the backend is chosen before the lock
+    with open(XTABLES_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(IptablesError) as refused:
+            kernel.restore(ruleset)
+
+    assert "xtables lock" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert kernel.our_chains(IPFamily.IPV4) == {}

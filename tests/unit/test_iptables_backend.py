@@ -9,46 +9,41 @@ from ipvsproxy.kernel.iptables_command import Probe, choose_backend, probe_of, r
 from ipvsproxy.kernel.iptables_text import IptablesError
 from ipvsproxy.model import IPFamily
 
-DOWN = Probe(works=False)
+DOWN = Probe(unusable="iptables-x-save failed: oops")
 
 
 @pytest.mark.parametrize(
     ("nft", "legacy", "chosen"),
     [
-        (Probe(True, hint_chains=1), Probe(True, rule_lines=50), "nft"),
-        (Probe(True, rule_lines=50), Probe(True, hint_chains=1), "legacy"),
-        (Probe(True, rule_lines=3), Probe(True, rule_lines=4), "legacy"),
-        (Probe(True, rule_lines=4), Probe(True, rule_lines=4), "nft"),
-        (Probe(True), Probe(True), "nft"),
-        (DOWN, Probe(True), "legacy"),
-        (Probe(True, rule_lines=1), DOWN, "nft"),
-        (DOWN, Probe(True, rule_lines=0), "legacy"),
+        (Probe(hint_chains=1), Probe(rule_lines=50), "nft"),
+        (Probe(rule_lines=50), Probe(hint_chains=1), "legacy"),
+        (Probe(rule_lines=3), Probe(rule_lines=4), "legacy"),
+        (Probe(rule_lines=4), Probe(rule_lines=4), "nft"),
+        (Probe(), Probe(), "nft"),
+        (DOWN, Probe(), "legacy"),
+        (Probe(rule_lines=1), DOWN, "nft"),
+        (DOWN, Probe(rule_lines=0), "legacy"),
     ],
 )
 def test_choose_backend(nft: Probe, legacy: Probe, chosen: str) -> None:
     assert choose_backend({"nft": nft, "legacy": legacy}) == chosen
 
 
-def test_no_working_backend_is_one_clear_error() -> None:
-    with pytest.raises(IptablesError, match="neither iptables-nft-save nor iptables-legacy-save"):
-        choose_backend({"nft": DOWN, "legacy": DOWN})
+def test_no_working_backend_is_one_clear_error_with_each_reason() -> None:
+    with pytest.raises(IptablesError) as refused:
+        choose_backend({"nft": DOWN, "legacy": Probe(unusable="lock held")})
+
+    assert str(refused.value) == (
+        "no iptables backend can write the nat table "
+        "(nft: iptables-x-save failed: oops; legacy: lock held)"
+    )
 
 
 def test_probe_counts_kubelet_hints_and_rules_over_both_families() -> None:
     v4 = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n*nat\n-A PREROUTING -j ACCEPT\nCOMMIT\n"
     v6 = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\n-A OUTPUT -j ACCEPT\n-A OUTPUT -j DROP\nCOMMIT\n"
 
-    assert probe_of([v4, v6], nat_writable=True) == Probe(True, hint_chains=2, rule_lines=3)
-    assert probe_of([v4, None], nat_writable=True) == Probe(True, hint_chains=1, rule_lines=1)
-
-
-@pytest.mark.parametrize(
-    ("saved", "nat_writable"), [([None, "*nat\nCOMMIT\n"], True), (["*nat\nCOMMIT\n"], False)]
-)
-def test_probe_of_a_backend_that_cannot_save_or_write_nat(
-    saved: list[str | None], nat_writable: bool
-) -> None:
-    assert probe_of(saved, nat_writable) == DOWN
+    assert probe_of([v4, v6]) == Probe(hint_chains=2, rule_lines=3)
 
 
 def test_refusal_is_one_line_naming_the_input_line() -> None:
