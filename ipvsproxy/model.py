@@ -398,6 +398,30 @@ BatchResult = list[OpError | None]
 # ---------------------------------------------------------------------------------------------
 
 
+# The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
+# same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
+IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nat": (
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        ),
+        "filter": (
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+            "KUBE-IPVS-FILTER",
+            "KUBE-IPVS-OUT-FILTER",
+        ),
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class IptablesJump:
     """A rule in a built-in chain that sends packets into one of our chains."""

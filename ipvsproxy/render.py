@@ -1,14 +1,12 @@
-"""A plan in Kubernetes terms, as text that reads like a diff or as JSON.
+"""A sync plan or result in Kubernetes terms, as text that reads like a diff or as JSON.
 
-``plan_text``/``plan_json`` show IPVS ops alone; ``sync_plan_text``/``sync_plan_json`` show a
-whole SyncPlan: virtual servers grouped with their real servers, drains, and a summary of the
+Virtual servers are grouped with their real servers and drains, after a summary of the
 address, ipset, iptables and conntrack work.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 
 from ipvsproxy.model import (
@@ -50,48 +48,6 @@ def _real(server: RealServer) -> str:
 def _owner(desired: DesiredState, key: VirtualServerKey) -> str:
     wanted = desired.virtual_servers.get(key)
     return f"  ({wanted.owner}, {wanted.kind})" if wanted else ""
-
-
-def _line(op: IPVSOp, desired: DesiredState) -> str:
-    match op:
-        case AddVirtualServer(server):
-            return f"+ {_virtual(server)}{_owner(desired, server.key)}"
-        case UpdateVirtualServer(server):
-            return f"~ {_virtual(server)}{_owner(desired, server.key)}"
-        case DeleteVirtualServer(key):
-            return f"- {key}"
-        case AddRealServer(virtual, server):
-            return f"    + {_real(server)}  (on {virtual})"
-        case UpdateRealServer(virtual, server):
-            return f"    ~ {_real(server)}  (on {virtual})"
-        case DeleteRealServer(virtual, key):
-            return f"    - {key}  (on {virtual})"
-
-
-def _counts(ops: Sequence[IPVSOp]) -> Counter[str]:
-    return Counter(type(op).__name__ for op in ops)
-
-
-def plan_text(ops: Sequence[IPVSOp], desired: DesiredState) -> str:
-    lines = [_line(op, desired) for op in ops]
-    counts = _counts(ops)
-    summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
-    lines.append(f"{len(ops)} operations" + (f": {summary}" if ops else ""))
-    lines.extend(f"skipped {r.object}: {r.reason}" for r in desired.rejections)
-    return "\n".join(lines)
-
-
-def plan_json(ops: Sequence[IPVSOp], desired: DesiredState) -> str:
-    return json.dumps(
-        {
-            "operations": [
-                {"op": type(op).__name__, "text": _line(op, desired).strip()} for op in ops
-            ],
-            "counts": dict(sorted(_counts(ops).items())),
-            "skipped": [{"object": r.object, "reason": r.reason} for r in desired.rejections],
-        },
-        indent=2,
-    )
 
 
 FLUSHED = "  conntrack entries flushed"

@@ -31,32 +31,12 @@ from ipvsproxy.kernel.iptables_text import (
     table_block,
     target,
 )
-from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
+from ipvsproxy.model import IPTABLES_CHAINS, IPFamily, IptablesJump, IptablesRuleset
 
 __all__ = ["OUR_CHAINS", "FakeIptables", "IptablesError", "IptablesRestore"]
 
-# The chains kube-proxy's IPVS mode owns and deletes on cleanup; other KUBE-* chains
-# (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
 OUR_CHAINS: Mapping[str, frozenset[str]] = {
-    "nat": frozenset(
-        {
-            "KUBE-SERVICES",
-            "KUBE-POSTROUTING",
-            "KUBE-NODE-PORT",
-            "KUBE-LOAD-BALANCER",
-            "KUBE-MARK-MASQ",
-        }
-    ),
-    "filter": frozenset(
-        {
-            "KUBE-FORWARD",
-            "KUBE-NODE-PORT",
-            "KUBE-PROXY-FIREWALL",
-            "KUBE-SOURCE-RANGES-FIREWALL",
-            "KUBE-IPVS-FILTER",
-            "KUBE-IPVS-OUT-FILTER",
-        }
-    ),
+    table: frozenset(chains) for table, chains in IPTABLES_CHAINS.items()
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ipvsproxy.model import (
+    IPTABLES_CHAINS,
     IPFamily,
     IPNetwork,
     IPSetContent,
@@ -31,22 +32,6 @@ MASQ_BIT = 0x4000
 MASQ_MARK = f"{MASQ_BIT:#x}/{MASQ_BIT:#x}"
 Rule = tuple[str, ...]
 
-# Created in this order in each table, as kube-proxy's iptablesChains.
-NAT_CHAINS = (
-    "KUBE-SERVICES",
-    "KUBE-POSTROUTING",
-    "KUBE-NODE-PORT",
-    "KUBE-LOAD-BALANCER",
-    "KUBE-MARK-MASQ",
-)
-FILTER_CHAINS = (
-    "KUBE-FORWARD",
-    "KUBE-NODE-PORT",
-    "KUBE-PROXY-FIREWALL",
-    "KUBE-SOURCE-RANGES-FIREWALL",
-    "KUBE-IPVS-FILTER",
-    "KUBE-IPVS-OUT-FILTER",
-)
 
 # kube-proxy's iptablesJumpChain, in its order; kube-proxy prepends each to the built-in chain.
 JUMPS = (
@@ -117,8 +102,7 @@ class _Rules:
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[str, list[Rule]]] = {
-            "nat": {chain: [] for chain in NAT_CHAINS},
-            "filter": {chain: [] for chain in FILTER_CHAINS},
+            table: {chain: [] for chain in chains} for table, chains in IPTABLES_CHAINS.items()
         }
 
     def add(self, table: str, chain: str, *rule: str) -> None:

@@ -161,6 +161,23 @@ def test_example_cluster_is_programmed_exactly_and_serves_each_port(
     assert set(caller.tcp_names(str(node.ipv4), 31443, 10)) == {"gw-a"}
 
 
+def test_the_node_itself_reaches_cluster_ips_and_node_ports(
+    node: Node,
+    cluster: tuple[dict[str, Pod], Path],
+    client: Callable[[Pod | None], Client],
+) -> None:
+    # From the node the source address is the service IP itself (it is local, on kube-ipvs0):
+    # the KUBE-CLUSTER-IP src,dst rule marks it and KUBE-POSTROUTING masquerades it.
+    _, source = cluster
+    on_node = client(None)
+
+    sync(source)
+
+    assert set(on_node.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
+    assert set(on_node.udp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
+    assert set(on_node.tcp_names(str(node.ipv4), 31443, 5)) == {"gw-a"}
+
+
 def test_a_second_sync_writes_nothing_and_keeps_an_open_connection(
     node: Node,
     cluster: tuple[dict[str, Pod], Path],
