@@ -70,9 +70,10 @@ def bench(session: nox.Session) -> None:
         out.write("# parse + translate, CPU time (this machine)\n")
         out.flush()
         session.run("python", "bench/translate_bench.py", stdout=out)
-        out.write("\n# IPVS writes inside the lab (ratios count; UML's absolute times do not)\n")
-        out.flush()
-        session.run(
-            "python", "-m", "tests.lab", "--run", "python", "bench/ipvs_batch.py", stdout=out
+        out.write(
+            "\n# IPVS and ipset writes inside the lab (ratios count; UML's absolute times do not)\n"
         )
+        out.flush()
+        for script in ("bench/ipvs_batch.py", "bench/ipset_batch.py"):
+            session.run("python", "-m", "tests.lab", "--run", "python", script, stdout=out)
     session.log(report.read_text())

@@ -1,7 +1,7 @@
 """Add 10,000 entries to a hash:ip,port set three ways and print the wall time of each.
 
 Run it inside a lab boot only, since it programs the kernel:
-``python -m tests.lab --run /work/venv/bin/python bench/ipset_batch.py``.
+``nox -s bench`` does (``python -m tests.lab --run python bench/ipset_batch.py``).
 A figure, not a pass/fail check.
 """
 
