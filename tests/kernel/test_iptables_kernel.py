@@ -1,8 +1,5 @@
-"""On the real kernel: backend detection, and translate's own rule set written once.
-
-IPv4 only: translate names one IPv6 set KUBE-6-NODE-PORT-LOCAL-SCTP-HASH, one character over
-ipset's 31, so the kernel cannot hold the sets the IPv6 rules match.
-"""
+"""On the real kernel: backend detection, and translate's rule sets for the example cluster
+written once."""
 
 from __future__ import annotations
 
@@ -10,17 +7,20 @@ import fcntl
 import ipaddress
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.iptables import IptablesRestore
 from ipvsproxy.kernel.iptables_command import binary, detect_backend
 from ipvsproxy.kernel.iptables_text import IptablesError, Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset
-from ipvsproxy.translate import Settings
-from ipvsproxy.translate.iptables import build_iptables
+from ipvsproxy.translate import Settings, translate
 
 XTABLES_LOCK = "/run/xtables.lock"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
+CLUSTER_CIDRS = (ipaddress.ip_network("10.244.0.0/16"), ipaddress.ip_network("fd00:10:244::/48"))
 
 
 def _sets_matched(ruleset: IptablesRuleset) -> set[str]:
@@ -43,20 +43,24 @@ def _content(saved: str) -> dict[tuple[str, str], list[Rule]]:
     }
 
 
-@pytest.fixture
-def ruleset() -> Iterator[IptablesRuleset]:
-    settings = Settings(cluster_cidr=(ipaddress.ip_network("10.244.0.0/16"),))
-    ruleset = next(r for r in build_iptables(settings) if r.family is IPFamily.IPV4)
+@pytest.fixture(params=list(IPFamily), ids=str)
+def ruleset(request: pytest.FixtureRequest) -> Iterator[IptablesRuleset]:
+    family = request.param
+    snapshot, _ = load_snapshot(EXAMPLE, "node-a")
+    state = translate(snapshot, Settings(cluster_cidr=CLUSTER_CIDRS))
+    ruleset = next(r for r in state.iptables if r.family is family)
     kernel = IptablesRestore()
-    saved = kernel.netfilter.save(IPFamily.IPV4)
+    saved = kernel.netfilter.save(family)
+    inet = "inet" if family is IPFamily.IPV4 else "inet6"
     for name in _sets_matched(ruleset):
         # Three dimensions take every flag count the rules use (dst, dst,dst, dst,dst,src).
-        subprocess.run(["ipset", "create", name, "hash:ip,port,ip", "-exist"], check=True)
+        command = ["ipset", "create", name, "hash:ip,port,ip", "family", inet, "-exist"]
+        subprocess.run(command, check=True)
     try:
         yield ruleset
     finally:
-        kernel.remove(IPFamily.IPV4, kernel.our_chains(IPFamily.IPV4))
-        assert _content(kernel.netfilter.save(IPFamily.IPV4)) == _content(saved)
+        kernel.remove(family, kernel.our_chains(family))
+        assert _content(kernel.netfilter.save(family)) == _content(saved)
         for name in _sets_matched(ruleset):
             subprocess.run(["ipset", "destroy", name], check=True)
 
