@@ -30,18 +30,11 @@ from ipvsproxy.model import (
     Protocol,
     VirtualServerKey,
 )
+from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.translate.ipsets import SETS, set_name
 
-DUMMY_INTERFACE = "kube-ipvs0"
-
-# Sets kube-proxy's IPVS mode makes (now or in past releases) that ipvsproxy does not.
-KUBE_PROXY_ONLY_SETS = (
-    "KUBE-LOAD-BALANCER-FW",
-    "KUBE-LOAD-BALANCER-SOURCE-IP",
-    "KUBE-LOAD-BALANCER-SOURCE-CIDR",
-    "KUBE-LOAD-BALANCER-MASQ",
-    "KUBE-IPVS-IPS",
-)
+# Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.
+KUBE_PROXY_ONLY_SETS = ("KUBE-LOAD-BALANCER-MASQ",)
 
 OUR_SETS = frozenset(
     set_name(base, family) for base in (*SETS, *KUBE_PROXY_ONLY_SETS) for family in IPFamily

@@ -25,7 +25,8 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.cleanup import DUMMY_INTERFACE, remove_leftovers
+from ipvsproxy.reconcile.cleanup import remove_leftovers
+from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 

@@ -21,7 +21,6 @@ from ipvsproxy.model import (
     VirtualServerState,
 )
 from ipvsproxy.reconcile.cleanup import (
-    DUMMY_INTERFACE,
     OUR_SETS,
     CleanupPlan,
     CleanupReport,
@@ -29,6 +28,7 @@ from ipvsproxy.reconcile.cleanup import (
     plan_cleanup,
     remove_leftovers,
 )
+from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 
