@@ -95,16 +95,20 @@ def close_with_reset(sock: socket.socket) -> None:
 
 
 @pytest.fixture
-def cluster(node: Node, tmp_path: Path) -> Iterator[tuple[dict[str, Pod], Path]]:
-    """The example's pods, and its manifests with node-a's address on the lab node."""
-    pods = {}
+def cluster(node: Node, tmp_path: Path) -> Iterator[Path]:
+    """The example's pods, serving; yields its manifests with node-a's address on the lab node."""
     for name, (address, ports) in PODS.items():
-        pods[name] = node.add_pod(name, ipaddress.IPv4Address(address))
+        pod = node.add_pod(name, ipaddress.IPv4Address(address))
         for port in ports:
-            pods[name].serve(port)
-    source = write_cluster(tmp_path / "cluster.yaml", example_objects(), str(node.ipv4))
-    yield pods, source
+            pod.serve(port)
+    yield write_cluster(tmp_path / "cluster.yaml", example_objects(), str(node.ipv4))
     ipvsproxy("cleanup")
+
+
+@pytest.fixture
+def caller(node: Node, cluster: Path, client: Callable[[Pod | None], Client]) -> Client:
+    """A client in a pod of its own, made after the example's pods."""
+    return client(node.add_pod("caller"))
 
 
 def expected_table(node_ip: str) -> set[str]:
@@ -139,14 +143,9 @@ def expected_table(node_ip: str) -> set[str]:
 
 
 def test_example_cluster_is_programmed_exactly_and_serves_each_port(
-    node: Node,
-    cluster: tuple[dict[str, Pod], Path],
-    client: Callable[[Pod | None], Client],
+    node: Node, cluster: Path, caller: Client
 ) -> None:
-    _, source = cluster
-    caller = client(node.add_pod("caller"))
-
-    sync(source)
+    sync(cluster)
 
     assert ipvs_table() == expected_table(str(node.ipv4))
     assert set(caller.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
@@ -162,16 +161,13 @@ def test_example_cluster_is_programmed_exactly_and_serves_each_port(
 
 
 def test_the_node_itself_reaches_cluster_ips_and_node_ports(
-    node: Node,
-    cluster: tuple[dict[str, Pod], Path],
-    client: Callable[[Pod | None], Client],
+    node: Node, cluster: Path, client: Callable[[Pod | None], Client]
 ) -> None:
     # From the node the source address is the service IP itself (it is local, on kube-ipvs0):
     # the KUBE-CLUSTER-IP src,dst rule marks it and KUBE-POSTROUTING masquerades it.
-    _, source = cluster
     on_node = client(None)
 
-    sync(source)
+    sync(cluster)
 
     assert set(on_node.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
     assert set(on_node.udp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
@@ -179,17 +175,13 @@ def test_the_node_itself_reaches_cluster_ips_and_node_ports(
 
 
 def test_a_second_sync_writes_nothing_and_keeps_an_open_connection(
-    node: Node,
-    cluster: tuple[dict[str, Pod], Path],
-    client: Callable[[Pod | None], Client],
+    cluster: Path, caller: Client
 ) -> None:
-    _, source = cluster
-    caller = client(node.add_pod("caller"))
-    sync(source)
+    sync(cluster)
     with caller.connect(DNS_IP, 53) as connection:
         first = ask(connection)
 
-        again = sync(source, "--output", "json")
+        again = sync(cluster, "--output", "json")
 
         result = json.loads(again.stdout)
         # The iptables restores are always planned; they write only when the kernel differs.
@@ -198,16 +190,10 @@ def test_a_second_sync_writes_nothing_and_keeps_an_open_connection(
         assert ask(connection) == first
 
 
-def test_removed_endpoint_drains_then_goes(
-    node: Node,
-    cluster: tuple[dict[str, Pod], Path],
-    client: Callable[[Pod | None], Client],
-    tmp_path: Path,
-) -> None:
+def test_removed_endpoint_drains_then_goes(node: Node, caller: Client, tmp_path: Path) -> None:
     # A service address of its own: IPVS hands a real server re-added to a virtual server it
     # had recently the connections (TIME_WAIT included) that earlier tests left on it.
     vip = DRAIN_DNS_IP
-    caller = client(node.add_pod("caller"))
     objects = example_objects()
     sync(write_cluster(tmp_path / "full.yaml", objects, str(node.ipv4), vip))
     connection = caller.connect(vip, 53)
@@ -234,17 +220,11 @@ def test_removed_endpoint_drains_then_goes(
     assert weights(f"{vip}:53") == {f"{PODS[staying][0]}:53": 1}
 
 
-def test_flushed_table_is_restored(
-    node: Node,
-    cluster: tuple[dict[str, Pod], Path],
-    client: Callable[[Pod | None], Client],
-) -> None:
-    _, source = cluster
-    caller = client(node.add_pod("caller"))
-    sync(source)
+def test_flushed_table_is_restored(node: Node, cluster: Path, caller: Client) -> None:
+    sync(cluster)
 
     sh("ipvsadm", "-C")
-    sync(source)
+    sync(cluster)
 
     assert ipvs_table() == expected_table(str(node.ipv4))
     assert set(caller.tcp_names(DNS_IP, 53, 10)) == {"dns-a", "dns-b"}
