@@ -18,8 +18,8 @@ from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
 from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs

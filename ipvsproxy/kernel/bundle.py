@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
-from ipvsproxy.kernel.interfaces import (
+from ipvsproxy.kernel.ipset.netlink import FakeIPSets, NetlinkIPSets
+from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.protocols import (
     AddressKernel,
     ConntrackKernel,
     IPSetKernel,
@@ -16,9 +19,6 @@ from ipvsproxy.kernel.interfaces import (
     IPVSKernel,
     SysctlKernel,
 )
-from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
-from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
 
 

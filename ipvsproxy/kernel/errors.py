@@ -6,7 +6,7 @@ import os
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ipvsproxy.kernel.iptables_text import IptablesError
+from ipvsproxy.kernel.iptables.text import IptablesError
 from ipvsproxy.model import OpError
 
 # What a single (unbatched) kernel call raises for a refusal; anything else is a bug.

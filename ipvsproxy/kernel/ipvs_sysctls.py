@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ipvsproxy.kernel.interfaces import SysctlKernel
+from ipvsproxy.kernel.protocols import SysctlKernel
 
 CONN_REUSE_MODE = "net.ipv4.vs.conn_reuse_mode"
 CONN_REUSE_MIN_KERNEL = (4, 1)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
-from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
+from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
 from ipvsproxy.model import (
     DeleteVirtualServer,
     IPAddress,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-from ipvsproxy.kernel.ipset_entries import EntryError, parse_entry
+from ipvsproxy.kernel.ipset.entries import EntryError, parse_entry
 from ipvsproxy.model import IPFamily, IPSetContent
 from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,

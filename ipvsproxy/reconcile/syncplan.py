@@ -10,6 +10,7 @@ from ipvsproxy.model import BindAddress, DesiredState, IptablesRuleset, UnbindAd
 from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
+from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.operations import (
     DUMMY_INTERFACE,
     EnsureInterface,
@@ -18,7 +19,6 @@ from ipvsproxy.reconcile.operations import (
     RealServerRef,
     RestoreIptables,
 )
-from ipvsproxy.reconcile.plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.state import KernelState
 
 

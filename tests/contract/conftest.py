@@ -11,12 +11,12 @@ import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
-from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
-from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
-from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.iptables_command import CommandNetfilter, binary
-from ipvsproxy.kernel.iptables_text import BUILTIN_CHAINS, Tables, parse_save, render_save
+from ipvsproxy.kernel.ipset.netlink import FakeIPSets, NetlinkIPSets
+from ipvsproxy.kernel.iptables.command import CommandNetfilter, binary
+from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel
 from ipvsproxy.model import DeleteVirtualServer, IPFamily
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"

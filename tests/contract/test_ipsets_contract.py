@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from ipvsproxy.kernel.interfaces import IPSetKernel
-from ipvsproxy.kernel.ipsets import IPSET_MESSAGES, IPSetError, as_listed
+from ipvsproxy.kernel.ipset.netlink import IPSET_MESSAGES, IPSetError, as_listed
+from ipvsproxy.kernel.protocols import IPSetKernel
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 
 V4, V6 = IPFamily.IPV4, IPFamily.IPV6

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.kernel.protocols import IPVSKernel
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import NetlinkAddresses
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import (
     AddVirtualServer,
@@ -26,8 +26,8 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.cleanup import remove_leftovers
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 
 # The example's node-a address, on a dummy of the test's own so NodePorts are local.

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
-from ipvsproxy.kernel.ipsets import FakeIPSets
-from ipvsproxy.kernel.iptables import FakeIptables
+from ipvsproxy.kernel.ipset.netlink import FakeIPSets
+from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (
     AddVirtualServer,
@@ -28,8 +28,8 @@ from ipvsproxy.reconcile.cleanup import (
     plan_cleanup,
     remove_leftovers,
 )
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 
 NODE_IP = ipaddress.ip_address("192.168.10.11")

@@ -26,7 +26,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
     VirtualServerState,
 )
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 
 VIP = ipaddress.ip_address("10.96.0.10")
 KEY = VirtualServerKey(Protocol.TCP, VIP, 53)

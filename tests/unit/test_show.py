@@ -27,7 +27,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import Settings, translate
 

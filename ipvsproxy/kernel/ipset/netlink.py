@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_IPSET
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
-from ipvsproxy.kernel.ipset_codec import (
+from ipvsproxy.kernel.ipset.codec import (
     ATTR,
     ATTR_SETNAME2,
     create_data,
@@ -30,7 +30,7 @@ from ipvsproxy.kernel.ipset_codec import (
     string,
     u8,
 )
-from ipvsproxy.kernel.ipset_entries import (
+from ipvsproxy.kernel.ipset.entries import (
     SET_TYPES,
     Entry,
     EntryError,

@@ -12,7 +12,7 @@ import struct
 
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
-from ipvsproxy.kernel.ipset_entries import Entry
+from ipvsproxy.kernel.ipset.entries import Entry
 from ipvsproxy.kernel.ipvs import IP_PROTOCOLS as L4_PROTOCOLS
 from ipvsproxy.kernel.netlink import (
     NLA_F_NESTED,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Collection
 
-from ipvsproxy.kernel.iptables_text import (
+from ipvsproxy.kernel.iptables.text import (
     BUILTIN_CHAINS,
     IptablesError,
     Rule,

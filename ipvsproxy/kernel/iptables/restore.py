@@ -18,9 +18,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ipvsproxy.kernel.iptables_command import CommandNetfilter
-from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
-from ipvsproxy.kernel.iptables_text import (
+from ipvsproxy.kernel.iptables.command import CommandNetfilter
+from ipvsproxy.kernel.iptables.memory import MemoryNetfilter
+from ipvsproxy.kernel.iptables.text import (
     IptablesError,
     Rule,
     Tables,
