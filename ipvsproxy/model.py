@@ -26,7 +26,7 @@ def address_sort_key(address: IPAddress) -> tuple[int, int]:
     return (address.version, int(address))
 
 
-class Protocol(enum.StrEnum):
+class TransportProtocol(enum.StrEnum):
     TCP = "TCP"
     UDP = "UDP"
     SCTP = "SCTP"
@@ -61,7 +61,7 @@ class ServicePortName:
 
     service: ObjectKey
     port_name: str
-    protocol: Protocol
+    protocol: TransportProtocol
 
     def __str__(self) -> str:
         suffix = f":{self.port_name}" if self.port_name else ""
@@ -83,7 +83,7 @@ class TrafficPolicy(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
-    protocol: Protocol
+    protocol: TransportProtocol
     port: int
     target_port: int | str | None = None
     node_port: int | None = None
@@ -144,7 +144,7 @@ class Endpoint:
 class EndpointPort:
     name: str
     port: int | None
-    protocol: Protocol
+    protocol: TransportProtocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +225,7 @@ SCHEDULERS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class VirtualServerKey:
-    protocol: Protocol
+    protocol: TransportProtocol
     address: IPAddress
     port: int
 

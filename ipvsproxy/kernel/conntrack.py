@@ -17,7 +17,7 @@ from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ipvsproxy.kernel.ipvs import IP_PROTOCOLS, PROTOCOLS_BY_NUMBER
-from ipvsproxy.model import IPAddress, Protocol, RealServerKey, VirtualServerKey
+from ipvsproxy.model import IPAddress, RealServerKey, TransportProtocol, VirtualServerKey
 
 # How long a flow written by add_flow lives unless traffic refreshes it.
 SEEDED_FLOW_TIMEOUT = 120
@@ -33,7 +33,7 @@ class Flow:
     client_port: int
 
     def matches(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> bool:
         """Whether this is a ``protocol`` flow to service's address and port, NATed to endpoint."""
         return (
@@ -56,7 +56,7 @@ class FakeConntrack:
         return frozenset(self._flows)
 
     def delete_entries(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
         doomed = {flow for flow in self._flows if flow.matches(protocol, service, endpoint)}
         self._flows -= doomed
@@ -159,7 +159,7 @@ class NetlinkConntrack:
         return frozenset(found)
 
     def delete_entries(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
         table = self._tables[service.address.version]
         # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel

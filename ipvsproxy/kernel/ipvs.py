@@ -40,12 +40,12 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     OpError,
-    Protocol,
     RealServer,
     RealServerKey,
     RealServerState,
     ServiceFlags,
     TrafficStats,
+    TransportProtocol,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -54,9 +54,9 @@ from ipvsproxy.model import (
 )
 
 IP_PROTOCOLS = {
-    Protocol.TCP: socket.IPPROTO_TCP,
-    Protocol.UDP: socket.IPPROTO_UDP,
-    Protocol.SCTP: socket.IPPROTO_SCTP,
+    TransportProtocol.TCP: socket.IPPROTO_TCP,
+    TransportProtocol.UDP: socket.IPPROTO_UDP,
+    TransportProtocol.SCTP: socket.IPPROTO_SCTP,
 }
 PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
 WRITABLE_FLAGS = ~ServiceFlags.HASHED & 0xFFFF

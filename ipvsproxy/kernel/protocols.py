@@ -20,10 +20,8 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     RealServerKey,
+    TransportProtocol,
     VirtualServerKey,
-)
-from ipvsproxy.model import (
-    Protocol as L4Protocol,
 )
 
 
@@ -97,7 +95,7 @@ class SysctlKernel(Protocol):
 
 class ConntrackKernel(Protocol):
     def delete_entries(
-        self, protocol: L4Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
         """Delete flows to ``service`` that were NATed to ``endpoint``; return how many."""
         ...

@@ -27,7 +27,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPSetContent,
     IPVSTable,
-    Protocol,
+    TransportProtocol,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
@@ -42,10 +42,10 @@ OUR_SETS = frozenset(
 
 # NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
 # hash:ip,port ("192.168.10.11,sctp:30080").
-_NODE_PORT_SETS: Mapping[Protocol, tuple[str, ...]] = {
-    Protocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
-    Protocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
-    Protocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
+_NODE_PORT_SETS: Mapping[TransportProtocol, tuple[str, ...]] = {
+    TransportProtocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
+    TransportProtocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
+    TransportProtocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
 }
 
 # Sets of "address,protocol:port" entries, one per service address's virtual server.
@@ -119,7 +119,7 @@ def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSe
 
 
 def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
-    entry = _ip_port(key) if key.protocol is Protocol.SCTP else str(key.port)
+    entry = _ip_port(key) if key.protocol is TransportProtocol.SCTP else str(key.port)
     return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
 
 

@@ -20,14 +20,18 @@ from ipvsproxy.model import (
     IPSetContent,
     IptablesJump,
     IptablesRuleset,
-    Protocol,
+    TransportProtocol,
     VirtualServerKey,
 )
 from ipvsproxy.translate.ipsets import SETS, set_name
 from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
 # iptables-save prints --vproto as a number.
-_PROTOCOL_NUMBERS = {Protocol.TCP: 6, Protocol.UDP: 17, Protocol.SCTP: 132}
+_PROTOCOL_NUMBERS = {
+    TransportProtocol.TCP: 6,
+    TransportProtocol.UDP: 17,
+    TransportProtocol.SCTP: 132,
+}
 MASQ_BIT = 0x4000
 MASQ_MARK = f"{MASQ_BIT:#x}/{MASQ_BIT:#x}"
 Rule = tuple[str, ...]

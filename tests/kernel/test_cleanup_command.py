@@ -21,7 +21,7 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     IPFamily,
     IPSetSpec,
-    Protocol,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -33,8 +33,8 @@ from ipvsproxy.translate import Settings, translate
 # The example's node-a address, on a dummy of the test's own so NodePorts are local.
 NODE_INTERFACE = "ipvsp-node0"
 NODE_IP = ipaddress.ip_address("192.168.10.11")
-FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
-FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+FOREIGN_ON_NODE = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
 FOREIGN_SET = "ipvsp-allowlist"
 FOREIGN_CHAIN = "IPVSP-FOREIGN"
 FOREIGN_RULES = f"""*filter

@@ -16,9 +16,9 @@ from ipvsproxy.model import (
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -56,7 +56,7 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
 ) -> None:
     backends = [pod("dns-a"), pod("dns-b")]
     caller = pod("caller")
-    service = VirtualServerKey(Protocol.UDP, ipaddress.ip_address(SERVICE_IP[family]), 53)
+    service = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address(SERVICE_IP[family]), 53)
     endpoints = {
         backend.name: RealServerKey(backend.ipv4 if family == 4 else backend.ipv6, 8080)
         for backend in backends
@@ -75,7 +75,7 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
             assert {flow.endpoint for flow in to_service} == set(endpoints.values())
             staying = {flow for flow in to_service if flow.endpoint == endpoints["dns-b"]}
 
-            deleted = conntrack.delete_entries(Protocol.UDP, service, endpoints["dns-a"])
+            deleted = conntrack.delete_entries(TransportProtocol.UDP, service, endpoints["dns-a"])
 
             assert deleted == 3
             after = {flow for flow in conntrack.flows() if flow.service == service}

@@ -15,7 +15,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPSetContent,
     IPSetSpec,
-    Protocol,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
     VirtualServerState,
@@ -34,8 +34,8 @@ from ipvsproxy.translate import Settings, translate
 
 NODE_IP = ipaddress.ip_address("192.168.10.11")
 NODE_IP6 = ipaddress.ip_address("fd00:192::11")
-FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
-FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+FOREIGN_ON_NODE = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
 # A firewall of someone else's that also sends packets through a chain before ours.
 FOREIGN_RULES = """*filter
 :MY-FIREWALL - [0:0]
@@ -112,14 +112,16 @@ def test_node_ports_are_recognised_by_their_ipset_membership_per_protocol_and_fa
         ),
     }
     ours = [
-        VirtualServerKey(Protocol.UDP, NODE_IP, 30053),
-        VirtualServerKey(Protocol.TCP, NODE_IP6, 30443),
-        VirtualServerKey(Protocol.SCTP, NODE_IP, 30132),
+        VirtualServerKey(TransportProtocol.UDP, NODE_IP, 30053),
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP6, 30443),
+        VirtualServerKey(TransportProtocol.SCTP, NODE_IP, 30132),
     ]
     not_ours = [
-        VirtualServerKey(Protocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
-        VirtualServerKey(Protocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
-        VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053),  # not local
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
+        VirtualServerKey(
+            TransportProtocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053
+        ),  # not local
     ]
     observed = ObservedState(
         ipvs={key: _state(key) for key in (*ours, *not_ours)},

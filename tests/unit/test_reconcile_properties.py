@@ -14,9 +14,9 @@ from ipvsproxy.model import (
     BindAddress,
     DesiredState,
     IPAddress,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -29,7 +29,7 @@ NODE_IP = ip("10.240.0.10")
 FOREIGN_IP = ip("192.0.2.1")
 KEYS = [
     VirtualServerKey(protocol, address, port)
-    for protocol in (Protocol.TCP, Protocol.UDP)
+    for protocol in (TransportProtocol.TCP, TransportProtocol.UDP)
     for address in (*SERVICE_IPS, NODE_IP, FOREIGN_IP)
     for port in (80, 30080)
 ]

@@ -19,10 +19,10 @@ from ipvsproxy.model import (
     DesiredState,
     IPVSTable,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     TrafficStats,
+    TransportProtocol,
     UpdateRealServer,
     VirtualServer,
     VirtualServerKey,
@@ -32,10 +32,10 @@ from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import Settings, translate
 
 EXAMPLE = Path("examples/cluster.yaml")
-DNS = VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
+DNS = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
 DNS_POD = RealServerKey(ipaddress.ip_address("10.244.0.5"), 53)
 GONE_POD = RealServerKey(ipaddress.ip_address("10.244.9.9"), 53)
-FOREIGN = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 8080)
+FOREIGN = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 8080)
 
 
 def _desired() -> DesiredState:
