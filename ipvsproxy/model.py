@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,6 +31,19 @@ class TransportProtocol(enum.StrEnum):
     TCP = "TCP"
     UDP = "UDP"
     SCTP = "SCTP"
+
+
+# The IP protocol numbers by which IPVS, conntrack, ipsets and iptables-save know them.
+IP_PROTOCOL_NUMBERS: Mapping[TransportProtocol, int] = MappingProxyType(
+    {
+        TransportProtocol.TCP: socket.IPPROTO_TCP,
+        TransportProtocol.UDP: socket.IPPROTO_UDP,
+        TransportProtocol.SCTP: socket.IPPROTO_SCTP,
+    }
+)
+PROTOCOLS_BY_NUMBER: Mapping[int, TransportProtocol] = MappingProxyType(
+    {number: protocol for protocol, number in IP_PROTOCOL_NUMBERS.items()}
+)
 
 
 class IPFamily(enum.StrEnum):

@@ -16,8 +16,14 @@ from typing import Any
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ipvsproxy.kernel.ipvs import IP_PROTOCOLS, PROTOCOLS_BY_NUMBER
-from ipvsproxy.model import IPAddress, RealServerKey, TransportProtocol, VirtualServerKey
+from ipvsproxy.model import (
+    IP_PROTOCOL_NUMBERS,
+    PROTOCOLS_BY_NUMBER,
+    IPAddress,
+    RealServerKey,
+    TransportProtocol,
+    VirtualServerKey,
+)
 
 # How long a flow written by add_flow lives unless traffic refreshes it.
 SEEDED_FLOW_TIMEOUT = 120
@@ -102,7 +108,7 @@ def _original(flow: Flow) -> NFCTAttrTuple:
         family=_family(flow.client),
         saddr=str(flow.client),
         daddr=str(flow.service.address),
-        proto=IP_PROTOCOLS[flow.service.protocol],
+        proto=IP_PROTOCOL_NUMBERS[flow.service.protocol],
         sport=flow.client_port,
         dport=flow.service.port,
     )
@@ -165,7 +171,7 @@ class NetlinkConntrack:
         # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
         # an IPv6 address filter matched nothing, so the address is compared here.
         to_service = NFCTAttrTuple(
-            family=_family(service.address), proto=IP_PROTOCOLS[protocol], dport=service.port
+            family=_family(service.address), proto=IP_PROTOCOL_NUMBERS[protocol], dport=service.port
         )
         doomed = [
             flow
