@@ -18,11 +18,12 @@ from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.errors import PreconditionError, SysctlError
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
-from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
+from ipvsproxy.kernel.preconditions import check_ipvs
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler

@@ -16,6 +16,7 @@ from typing import Any
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipvsproxy.kernel.netlink import refusals_as_os_errors
 from ipvsproxy.model import (
     IP_PROTOCOL_NUMBERS,
     PROTOCOLS_BY_NUMBER,
@@ -167,25 +168,29 @@ class NetlinkConntrack:
     def delete_entries(
         self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
-        table = self._tables[service.address.version]
-        # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
-        # an IPv6 address filter matched nothing, so the address is compared here.
-        to_service = NFCTAttrTuple(
-            family=_family(service.address), proto=IP_PROTOCOL_NUMBERS[protocol], dport=service.port
-        )
-        doomed = [
-            flow
-            for message in table.dump(tuple_orig=to_service)
-            if (flow := _flow(message)) is not None and flow.matches(protocol, service, endpoint)
-        ]
-        deleted = 0
-        for flow in doomed:
-            try:
-                table.entry("del", tuple_orig=_original(flow))
-            except NetlinkError as error:
-                # The flow may have expired between the dump and the delete.
-                if error.code != errno.ENOENT:
-                    raise
-                continue
-            deleted += 1
-        return deleted
+        with refusals_as_os_errors():
+            table = self._tables[service.address.version]
+            # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
+            # an IPv6 address filter matched nothing, so the address is compared here.
+            to_service = NFCTAttrTuple(
+                family=_family(service.address),
+                proto=IP_PROTOCOL_NUMBERS[protocol],
+                dport=service.port,
+            )
+            doomed = [
+                flow
+                for message in table.dump(tuple_orig=to_service)
+                if (flow := _flow(message)) is not None
+                and flow.matches(protocol, service, endpoint)
+            ]
+            deleted = 0
+            for flow in doomed:
+                try:
+                    table.entry("del", tuple_orig=_original(flow))
+                except NetlinkError as error:
+                    # The flow may have expired between the dump and the delete.
+                    if error.code != errno.ENOENT:
+                        raise
+                    continue
+                deleted += 1
+            return deleted

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-from ipvsproxy.kernel.ipset.entries import EntryError, parse_entry
+from ipvsproxy.kernel.errors import EntryError
+from ipvsproxy.kernel.ipset.entries import parse_entry
 from ipvsproxy.model import IPFamily, IPSetContent
 from ipvsproxy.reconcile.operations import (
     AddIPSetEntries,

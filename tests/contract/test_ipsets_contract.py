@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from ipvsproxy.kernel.ipset.netlink import IPSET_MESSAGES, IPSetError, as_listed
+from ipvsproxy.kernel.errors import IPSetError
+from ipvsproxy.kernel.ipset.netlink import IPSET_MESSAGES, as_listed
 from ipvsproxy.kernel.protocols import IPSetKernel
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.command import binary, detect_backend
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
-from ipvsproxy.kernel.iptables.text import IptablesError, Rule, is_builtin, parse_save
+from ipvsproxy.kernel.iptables.text import Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset
 from ipvsproxy.translate import Settings, translate
 

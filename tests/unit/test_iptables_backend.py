@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.command import Probe, choose_backend, probe_of, refusal
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
-from ipvsproxy.kernel.iptables.text import IptablesError
 from ipvsproxy.model import IPFamily
 
 DOWN = Probe(unusable="iptables-x-save failed: oops")

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from ipvsproxy import cli
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.ipvs import FakeIPVS
-from ipvsproxy.kernel.preconditions import PreconditionError
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 
+from ipvsproxy.kernel.errors import EntryError
 from ipvsproxy.model import IPAddress, IPFamily, IPNetwork, IPSetSpec
 
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -24,10 +25,6 @@ SET_TYPES: dict[str, tuple[str, ...]] = {
 }
 # The kernel's name length limit (IPSET_MAXNAMELEN) counts the terminating NUL.
 MAX_NAME_LENGTH = 31
-
-
-class EntryError(ValueError):
-    """An entry that does not fit its set's type or family."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_IPSET
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
+from ipvsproxy.kernel.errors import EntryError, IPSetError
 from ipvsproxy.kernel.ipset.codec import (
     ATTR,
     ATTR_SETNAME2,
@@ -30,13 +31,7 @@ from ipvsproxy.kernel.ipset.codec import (
     string,
     u8,
 )
-from ipvsproxy.kernel.ipset.entries import (
-    SET_TYPES,
-    Entry,
-    EntryError,
-    check_spec,
-    parse_entry,
-)
+from ipvsproxy.kernel.ipset.entries import SET_TYPES, Entry, check_spec, parse_entry
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NETLINK_NETFILTER,
@@ -67,13 +62,6 @@ IPSET_MESSAGES = {
 
 def error_message(code: int) -> str:
     return IPSET_MESSAGES.get(code) or os.strerror(code)
-
-
-class IPSetError(OSError):
-    """An operation on a whole set failed; ``errno`` is the kernel's."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(code, message)
 
 
 def as_listed(spec: IPSetSpec) -> IPSetSpec:

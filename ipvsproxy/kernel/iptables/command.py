@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ipvsproxy.kernel.iptables.text import IptablesError
+from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.model import IPFamily
 
 BACKENDS = ("nft", "legacy")

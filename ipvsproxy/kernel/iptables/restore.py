@@ -21,7 +21,6 @@ from typing import Protocol
 from ipvsproxy.kernel.iptables.command import CommandNetfilter
 from ipvsproxy.kernel.iptables.memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables.text import (
-    IptablesError,
     Rule,
     Tables,
     canonical,
@@ -32,8 +31,6 @@ from ipvsproxy.kernel.iptables.text import (
     target,
 )
 from ipvsproxy.model import IPTABLES_CHAINS, IPFamily, IptablesJump, IptablesRuleset
-
-__all__ = ["OUR_CHAINS", "FakeIptables", "IptablesError", "IptablesRestore"]
 
 OUR_CHAINS: Mapping[str, frozenset[str]] = {
     table: frozenset(chains) for table, chains in IPTABLES_CHAINS.items()
