@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from ipvsproxy.kernel.bundle import Kernel
 from ipvsproxy.kernel.errors import KERNEL_ERRORS, refusal
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ipvsproxy.kernel.bundle import Kernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied

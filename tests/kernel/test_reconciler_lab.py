@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.kernel.bundle import Kernel, real_kernel
+from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
