@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
+from ipvsproxy.kernel.errors import KERNEL_ERRORS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
 from ipvsproxy.model import (
     DeleteVirtualServer,
@@ -96,7 +97,7 @@ def observe(
     for family in IPFamily:
         try:
             chains[family] = iptables.our_chains(family)
-        except Exception as error:  # as in _attempt: each layer raises its own errors
+        except KERNEL_ERRORS as error:
             unreadable.append(f"could not read {family} iptables chains: {_reason(error)}")
     return ObservedState(
         ipvs=ipvs.dump(),
@@ -153,9 +154,8 @@ def _reason(error: Exception) -> str:
 def _attempt(action: Callable[[], None], what: str, removed: list[str], failed: list[str]) -> None:
     try:
         action()
-    # Best effort across kernel layers that each raise their own errors (OSError, pyroute2's
-    # NetlinkError, iptables-restore failures): every failure is one line, the rest goes on.
-    except Exception as error:
+    # Best effort: every refusal is one line and the rest goes on; anything else is a bug.
+    except KERNEL_ERRORS as error:
         failed.append(f"could not remove {what}: {_reason(error)}")
     else:
         removed.append(f"removed {what}")

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
+from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.ipset.netlink import FakeIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
@@ -233,3 +237,36 @@ def test_a_set_someone_else_still_uses_fails_alone_and_is_retried() -> None:
     assert set(machine.ipsets.list_sets()) == {"my-allowlist", "KUBE-CLUSTER-IP"}
 
     assert plan_cleanup(machine.observed()) == CleanupPlan(ipsets=("KUBE-CLUSTER-IP",))
+
+
+class _BuggyIPSets(FakeIPSets):
+    """Sets whose destroy has a bug (not a kernel refusal)."""
+
+    def destroy(self, name: str) -> None:
+        raise TypeError(f"a bug destroying {name}")
+
+
+def test_a_bug_in_a_kernel_layer_propagates_instead_of_becoming_could_not_remove() -> None:
+    machine = Machine(_desired())
+    buggy = _BuggyIPSets()
+    for content in machine.ipsets.list_sets().values():
+        buggy.replace(content)
+    machine.ipsets = buggy
+    with pytest.raises(TypeError, match="a bug destroying"):
+        machine.cleanup()
+
+
+class _UnreadableIptables(FakeIptables):
+    def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
+        raise IptablesError(f"{family}: iptables-save not found")
+
+
+def test_unreadable_chains_are_reported_and_the_rest_still_goes() -> None:
+    machine = Machine(_desired())
+    machine.iptables = _UnreadableIptables()
+    report = machine.cleanup()
+    assert report.failed == (
+        "could not read IPv4 iptables chains: IPv4: iptables-save not found",
+        "could not read IPv6 iptables chains: IPv6: iptables-save not found",
+    )
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
