@@ -335,6 +335,61 @@ class IPSetContent:
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel values: iptables
+# ---------------------------------------------------------------------------------------------
+
+
+# The dummy interface kube-proxy's IPVS mode binds service addresses to.
+DUMMY_INTERFACE = "kube-ipvs0"
+
+# The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
+# same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
+IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nat": (
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        ),
+        "filter": (
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+            "KUBE-IPVS-FILTER",
+            "KUBE-IPVS-OUT-FILTER",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesJump:
+    """A rule in a built-in chain that sends packets into one of our chains."""
+
+    table: str
+    chain: str
+    target: str
+    comment: str
+    match: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesRuleset:
+    """Our chains and their rules for one family, written whole by one iptables-restore.
+
+    ``chains`` maps table -> chain -> rule arguments (each rule without ``-A CHAIN``).
+    """
+
+    family: IPFamily
+    chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
+    jumps: tuple[IptablesJump, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
 # Operations: what reconcile plans and kernel applies, one by one or batched
 # ---------------------------------------------------------------------------------------------
 
@@ -382,6 +437,18 @@ IPVSOp = (
 )
 
 
+def virtual_of(op: IPVSOp) -> VirtualServerKey:
+    """The virtual server an IPVS op writes, or whose real server it writes."""
+    match op:
+        case AddVirtualServer(server) | UpdateVirtualServer(server):
+            return server.key
+        case DeleteVirtualServer(key):
+            return key
+        case AddRealServer(virtual) | UpdateRealServer(virtual) | DeleteRealServer(virtual):
+            return virtual
+    raise TypeError(f"not an IPVS op: {op!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class BindAddress:
     address: IPAddress
@@ -407,56 +474,58 @@ class OpError:
 BatchResult = list[OpError | None]
 
 
-# ---------------------------------------------------------------------------------------------
-# Kernel values: iptables
-# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RealServerRef:
+    """One real server of one virtual server: the unit graceful termination works on."""
 
+    virtual: VirtualServerKey
+    real: RealServerKey
 
-# The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
-# same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
-# KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
-IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "nat": (
-            "KUBE-SERVICES",
-            "KUBE-POSTROUTING",
-            "KUBE-NODE-PORT",
-            "KUBE-LOAD-BALANCER",
-            "KUBE-MARK-MASQ",
-        ),
-        "filter": (
-            "KUBE-FORWARD",
-            "KUBE-NODE-PORT",
-            "KUBE-PROXY-FIREWALL",
-            "KUBE-SOURCE-RANGES-FIREWALL",
-            "KUBE-IPVS-FILTER",
-            "KUBE-IPVS-OUT-FILTER",
-        ),
-    }
-)
+    def __str__(self) -> str:
+        return f"{self.real} on {self.virtual}"
 
 
 @dataclass(frozen=True, slots=True)
-class IptablesJump:
-    """A rule in a built-in chain that sends packets into one of our chains."""
-
-    table: str
-    chain: str
-    target: str
-    comment: str
-    match: tuple[str, ...] = ()
+class EnsureInterface:
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
-class IptablesRuleset:
-    """Our chains and their rules for one family, written whole by one iptables-restore.
+class CreateIPSet:
+    spec: IPSetSpec
 
-    ``chains`` maps table -> chain -> rule arguments (each rule without ``-A CHAIN``).
-    """
 
-    family: IPFamily
-    chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
-    jumps: tuple[IptablesJump, ...] = ()
+@dataclass(frozen=True, slots=True)
+class AddIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreIptables:
+    """Written only when the kernel's chains differ; the kernel layer decides."""
+
+    ruleset: IptablesRuleset
+
+
+@dataclass(frozen=True, slots=True)
+class FlushConntrack:
+    """Forget the flows to ``virtual`` NATed to ``real``, so UDP/SCTP clients pick a live one."""
+
+    virtual: VirtualServerKey
+    real: RealServerKey
+
+
+PlanOp = EnsureInterface | AddressOp | IPSetOp | RestoreIptables | IPVSOp | FlushConntrack
 
 
 # ---------------------------------------------------------------------------------------------

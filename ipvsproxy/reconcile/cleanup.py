@@ -23,6 +23,7 @@ from types import MappingProxyType
 from ipvsproxy.kernel.errors import KERNEL_ERRORS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     DeleteVirtualServer,
     IPAddress,
     IPFamily,
@@ -31,7 +32,6 @@ from ipvsproxy.model import (
     TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.translate.ipsets import SETS, set_name
 
 # Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.

@@ -12,12 +12,13 @@ from dataclasses import dataclass, replace
 
 from ipvsproxy.model import (
     DeleteRealServer,
+    FlushConntrack,
     IPVSOp,
+    RealServerRef,
     RealServerState,
     TransportProtocol,
     UpdateRealServer,
 )
-from ipvsproxy.reconcile.operations import FlushConntrack, RealServerRef
 
 # IPVS's own timeout for an idle established TCP connection (ipvsadm --set default): a drain
 # that outlives it is held only by connections the kernel would itself have expired.

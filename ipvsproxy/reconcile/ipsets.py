@@ -7,11 +7,12 @@ from functools import lru_cache
 
 from ipvsproxy.kernel.errors import EntryError
 from ipvsproxy.kernel.ipset.entries import parse_entry
-from ipvsproxy.model import IPFamily, IPSetContent
-from ipvsproxy.reconcile.operations import (
+from ipvsproxy.model import (
     AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
+    IPFamily,
+    IPSetContent,
     IPSetOp,
 )
 

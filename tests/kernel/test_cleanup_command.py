@@ -16,6 +16,7 @@ from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
@@ -27,7 +28,6 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.translate import Settings, translate
 
 # The example's node-a address, on a dummy of the test's own so NodePorts are local.

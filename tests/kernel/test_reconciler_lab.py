@@ -15,15 +15,16 @@ from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
+    FlushConntrack,
     IPFamily,
     RealServerKey,
     TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE, FlushConntrack
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.translate import Settings, translate
 from tests.lab.netns import NODE_IPV4, Client, Pod, ask, inside, sh

@@ -13,6 +13,7 @@ from ipvsproxy.kernel.ipset.netlink import FakeIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddVirtualServer,
     BindAddress,
     DesiredState,
@@ -33,7 +34,6 @@ from ipvsproxy.reconcile.cleanup import (
     remove_leftovers,
 )
 from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.translate import Settings, translate
 
 NODE_IP = ipaddress.ip_address("192.168.10.11")

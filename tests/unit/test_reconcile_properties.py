@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
@@ -20,7 +21,6 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.reconciler import Reconciler
 from tests.unit.reconcile_kit import ManualClock, RefusingIPVS, desired, ip
 

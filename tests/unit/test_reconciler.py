@@ -7,16 +7,22 @@ import pytest
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.conntrack import Flow
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
+    FlushConntrack,
     IPFamily,
     IPSetContent,
     IPSetSpec,
     IptablesJump,
     IptablesRuleset,
+    RealServerRef,
     TransportProtocol,
     UnbindAddress,
     UpdateRealServer,
@@ -24,14 +30,6 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
-from ipvsproxy.reconcile.operations import (
-    DUMMY_INTERFACE,
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    FlushConntrack,
-    RealServerRef,
-)
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from tests.unit.reconcile_kit import (
     POD_A,
