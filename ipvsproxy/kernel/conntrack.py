@@ -26,9 +26,6 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 
-# How long a flow written by add_flow lives unless traffic refreshes it.
-SEEDED_FLOW_TIMEOUT = 120
-
 
 @dataclass(frozen=True, slots=True)
 class Flow:
@@ -79,7 +76,7 @@ def _address(ip: Any, direction: str) -> IPAddress:
     return ipaddress.ip_address(value)
 
 
-def _flow(message: Any) -> Flow | None:
+def decode_flow(message: Any) -> Flow | None:
     """The Flow a dumped conntrack message is; None for one without ports (ICMP, ...).
 
     Decoded here rather than by pyroute2's ConntrackEntry, which reads no SCTP ports.
@@ -103,7 +100,7 @@ def _flow(message: Any) -> Flow | None:
     )
 
 
-def _original(flow: Flow) -> NFCTAttrTuple:
+def original_tuple(flow: Flow) -> NFCTAttrTuple:
     """The tuple of the flow's first packet, by which the kernel knows the flow."""
     return NFCTAttrTuple(
         family=_family(flow.client),
@@ -139,32 +136,6 @@ class NetlinkConntrack:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def add_flow(self, flow: Flow) -> None:
-        """Write a flow into the table, as if its first packet had been NATed."""
-        original = _original(flow)
-        self._tables[flow.client.version].entry(
-            "add",
-            timeout=SEEDED_FLOW_TIMEOUT,
-            tuple_orig=original,
-            tuple_reply=NFCTAttrTuple(
-                family=original.family,
-                saddr=str(flow.endpoint.address),
-                daddr=str(flow.client),
-                proto=original.proto,
-                sport=flow.endpoint.port,
-                dport=flow.client_port,
-            ),
-        )
-
-    def flows(self) -> frozenset[Flow]:
-        found = set()
-        for table in self._tables.values():
-            for message in table.dump():
-                flow = _flow(message)
-                if flow is not None:
-                    found.add(flow)
-        return frozenset(found)
-
     def delete_entries(
         self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
@@ -180,13 +151,13 @@ class NetlinkConntrack:
             doomed = [
                 flow
                 for message in table.dump(tuple_orig=to_service)
-                if (flow := _flow(message)) is not None
+                if (flow := decode_flow(message)) is not None
                 and flow.matches(protocol, service, endpoint)
             ]
             deleted = 0
             for flow in doomed:
                 try:
-                    table.entry("del", tuple_orig=_original(flow))
+                    table.entry("del", tuple_orig=original_tuple(flow))
                 except NetlinkError as error:
                     # The flow may have expired between the dump and the delete.
                     if error.code != errno.ENOENT:

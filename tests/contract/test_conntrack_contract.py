@@ -6,8 +6,9 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.conntrack import FakeConntrack, Flow, NetlinkConntrack
+from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
 from ipvsproxy.model import RealServerKey, TransportProtocol, VirtualServerKey
+from tests.lab.conntrack import SeededConntrack
 
 FAMILIES = {
     "IPv4": ("10.96.0.10", "10.244.1.2", "10.244.1.3", "10.244.1.9"),
@@ -29,7 +30,7 @@ def _flows(family: str, protocol: TransportProtocol) -> tuple[VirtualServerKey, 
 @pytest.mark.parametrize("protocol", [TransportProtocol.UDP, TransportProtocol.SCTP])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deletes_exactly_the_flows_of_one_endpoint(
-    conntrack: FakeConntrack | NetlinkConntrack, family: str, protocol: TransportProtocol
+    conntrack: FakeConntrack | SeededConntrack, family: str, protocol: TransportProtocol
 ) -> None:
     service, gone, staying = _flows(family, protocol)
     conntrack.add_flow(gone)
@@ -44,7 +45,7 @@ def test_deletes_exactly_the_flows_of_one_endpoint(
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deleting_nothing_returns_zero(
-    conntrack: FakeConntrack | NetlinkConntrack, family: str
+    conntrack: FakeConntrack | SeededConntrack, family: str
 ) -> None:
     service, flow, other = _flows(family, TransportProtocol.UDP)
     conntrack.add_flow(flow)
@@ -56,7 +57,7 @@ def test_deleting_nothing_returns_zero(
 
 
 def test_a_tcp_flow_is_not_deleted_by_a_udp_request(
-    conntrack: FakeConntrack | NetlinkConntrack,
+    conntrack: FakeConntrack | SeededConntrack,
 ) -> None:
     service, tcp_flow, _ = _flows("IPv4", TransportProtocol.TCP)
     conntrack.add_flow(tcp_flow)
@@ -68,7 +69,7 @@ def test_a_tcp_flow_is_not_deleted_by_a_udp_request(
     assert tcp_flow not in conntrack.flows()
 
 
-def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | NetlinkConntrack) -> None:
+def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | SeededConntrack) -> None:
     service, flow, _ = _flows("IPv4", TransportProtocol.UDP)
     for port in range(40001, 40006):
         conntrack.add_flow(Flow(service, flow.endpoint, flow.client, port))
