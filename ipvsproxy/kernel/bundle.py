@@ -7,7 +7,8 @@ from contextlib import contextmanager
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
-from ipvsproxy.kernel.ipset.netlink import FakeIPSets, NetlinkIPSets
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.protocols import Kernel

@@ -11,9 +11,10 @@ import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack
-from ipvsproxy.kernel.ipset.netlink import FakeIPSets, NetlinkIPSets
-from ipvsproxy.kernel.iptables.command import CommandNetfilter, binary
-from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.command import binary
+from ipvsproxy.kernel.iptables.restore import CommandNetfilter, FakeIptables, IptablesRestore
 from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel

@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from ipvsproxy.kernel.errors import IPSetError
-from ipvsproxy.kernel.ipset.netlink import IPSET_MESSAGES, as_listed
+from ipvsproxy.kernel.ipset.entries import as_listed
+from ipvsproxy.kernel.ipset.refusals import IPSET_MESSAGES
 from ipvsproxy.kernel.protocols import IPSetKernel
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 

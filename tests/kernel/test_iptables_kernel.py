@@ -13,7 +13,8 @@ import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.command import binary, detect_backend
+from ipvsproxy.kernel.iptables.backend import detect_backend
+from ipvsproxy.kernel.iptables.command import binary
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.iptables.text import Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset

@@ -9,7 +9,7 @@ import pytest
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.ipset.netlink import FakeIPSets
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.command import Probe, choose_backend, probe_of, refusal
+from ipvsproxy.kernel.iptables.backend import Probe, choose_backend, probe_of
+from ipvsproxy.kernel.iptables.command import refusal
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.model import IPFamily
 

@@ -116,3 +116,13 @@ def parse_entry(text: str, set_type: str, family: IPFamily) -> Entry:
             network = _network(part, family)
             entry = replace(entry, address2=network.network_address, prefix2=network.prefixlen)
     return entry
+
+
+def as_listed(spec: IPSetSpec) -> IPSetSpec:
+    """What listing the kernel tells of a set made from ``spec``.
+
+    The kernel keeps no comment, and a bitmap:port set has no address family (it is reported
+    as IPv4): compare a desired spec with a listed one through this.
+    """
+    family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
+    return IPSetSpec(spec.name, spec.set_type, family)
