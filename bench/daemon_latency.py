@@ -41,7 +41,7 @@ from bench.cluster import (
 )
 from ipvsproxy.kernel.ipvs import NetlinkIPVS, _nla, _real_server_state, _service_key_attrs
 from ipvsproxy.kernel.netlink import NLM_F_DUMP
-from ipvsproxy.model import IPAddress, Protocol, VirtualServerKey
+from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
 
 CHANGE_KINDS = ("service_added", "endpoint_changed", "service_deleted")
 # Longest wait for one change before it counts as lost.
@@ -154,7 +154,7 @@ class _Churn:
     def round(self, number: int) -> None:
         index = self._services + number
         name = f"churn-{number}"
-        key = VirtualServerKey(Protocol.TCP, _address(cluster_ip(index)), 80)
+        key = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(index)), 80)
         service = service_object(index, name, node_port=False)
         slice_ = endpoint_slice_object(index, name)
         first = _address(slice_["endpoints"][0]["addresses"][0])
@@ -194,7 +194,7 @@ def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
     )
     try:
         with contextlib.closing(Probe()) as probe:
-            last = VirtualServerKey(Protocol.TCP, _address(cluster_ip(services - 1)), 80)
+            last = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(services - 1)), 80)
             first_sync = _wait(lambda: probe.weights(last) is not None, STARTUP_TIMEOUT)
             if first_sync is None or daemon.poll() is not None:
                 raise RuntimeError("ipvsproxy run did not program the cluster")

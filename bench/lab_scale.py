@@ -33,15 +33,10 @@ from typing import Any
 from bench.cluster import NODE_NAME
 from bench.daemon_latency import daemon_available, measure_daemon
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
-from ipvsproxy.model import DesiredState
+from ipvsproxy.model import DUMMY_INTERFACE, DesiredState
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
 
@@ -52,8 +47,8 @@ def log(message: str) -> None:
 
 def empty_kernel() -> None:
     """What a previous step left: our objects through cleanup, then anything ipvsadm added."""
-    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
-        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    with real_kernel() as kernel:
+        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
     if report.failed:
         raise RuntimeError(f"cleanup failed: {report.failed}")
     subprocess.run(["ipvsadm", "-C"], check=True)

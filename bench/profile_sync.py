@@ -22,7 +22,8 @@ from typing import Any
 
 from bench.cluster import NODE_NAME
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.bundle import FakeKernel, Kernel, real_kernel
+from ipvsproxy.kernel.bundle import FakeKernel, real_kernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
 
