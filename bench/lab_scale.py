@@ -179,13 +179,19 @@ def measure(manifest: Path, changes: int) -> dict[str, Any]:
     ]
     if daemon_available():
         steps.append(("ipvsproxy run", lambda: measure_daemon(manifest, changes)))
+    failures = []
     for name, step in steps:
         empty_kernel()
         log(f"{manifest.name}: {name}")
-        figures |= step()
+        try:
+            figures |= step()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+            # One step that fails (the lab's 1 GB running out, say) leaves the others' figures.
+            failures.append(f"{name}: {error}")
         log(f"{manifest.name}: {name}: done")
     empty_kernel()
     figures["daemon"] = "measured" if daemon_available() else "not available"
+    figures["failures"] = failures
     return figures
 
 

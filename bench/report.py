@@ -49,7 +49,7 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 def size_figures(lab: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
     """Every named field (None where not measured), then the extra figures."""
     tools = (lab.get("ipvsadm_restore_s") or 0) + (lab.get("ip_batch_s") or 0) or None
-    merged = {**lab, **control}
+    merged = {"failures": [], **lab, **control}
     merged["first_sync_ratio"] = _ratio(lab.get("first_sync_s"), tools)
     merged["once_first_sync_ratio"] = _ratio(lab.get("once_first_sync_s"), tools)
     merged["once_resync_ratio"] = _ratio(lab.get("once_resync_s"), lab.get("ipvsadm_save_s"))
@@ -117,7 +117,9 @@ def build_report(
     if len(sizes) > 1:
         growth = _ratio(figures[sizes[-1]]["latency_p99_ms"], figures[sizes[0]]["latency_p99_ms"])
         figures[sizes[-1]]["latency_growth"] = growth
-    notes = []
+    notes = [
+        f"{size} services: {failure}" for size in sizes for failure in figures[size]["failures"]
+    ]
     if any(figures[size]["latency_p50_ms"] is None for size in sizes):
         notes.append(f"latency_p50_ms, latency_p99_ms, peak_rss_mb: {DAEMON_MISSING}")
     return {
