@@ -12,8 +12,6 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
-from ipvsproxy.cluster.api import read_cluster
-from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.bundle import real_kernel
@@ -128,15 +126,27 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
 
 def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
+    if source is None:
+        return _api_snapshot(config)
     try:
-        if source is not None:
-            return load_snapshot(source, config.hostname)
+        return load_snapshot(source, config.hostname)
+    except SourceError as error:
+        _fail(str(error))
+
+
+def _api_snapshot(config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
+    # Imported only here: the kubernetes client is a third of the command's start-up (seconds
+    # in the lab, where every file read crosses hostfs) and --source never needs it.
+    from ipvsproxy.cluster.api import read_cluster  # noqa: PLC0415
+    from ipvsproxy.cluster.connection import ApiError, connect  # noqa: PLC0415
+
+    try:
         with connect(config.kubeconfig, config.master or None) as api:
             read = read_cluster(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
             return read.snapshot, read.rejections
-    except (SourceError, ApiError) as error:
+    except ApiError as error:
         _fail(str(error))
 
 
