@@ -120,6 +120,11 @@ def build_report(
     notes = [
         f"{size} services: {failure}" for size in sizes for failure in figures[size]["failures"]
     ]
+    notes += [
+        f"{size} services: once_first_sync_s, once_resync_s and their ratios not measured"
+        for size in sizes
+        if figures[size]["once_first_sync_s"] is None
+    ]
     if any(figures[size]["latency_p50_ms"] is None for size in sizes):
         notes.append(f"latency_p50_ms, latency_p99_ms, peak_rss_mb: {DAEMON_MISSING}")
     return {
