@@ -168,6 +168,10 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # spec.podCIDRs, unparsed: --detect-local-mode=NodeCIDR tells local traffic by them.
     pod_cidrs: tuple[str, ...] = ()
+    # The keys of spec.taints, and whether metadata.deletionTimestamp is set: /healthz reports
+    # a node on its way out as not eligible, so load balancers stop sending to it.
+    taints: tuple[str, ...] = ()
+    deleting: bool = False
 
     @property
     def zone(self) -> str | None:

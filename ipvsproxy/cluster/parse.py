@@ -371,11 +371,17 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
             entry = _mapping(item, f"status.addresses[{index}]")
             if _str(entry.get("type"), "address type") in ("InternalIP", "ExternalIP"):
                 addresses.append(_str(entry.get("address"), "address"))
+        taints = [
+            _str(_mapping(item, f"spec.taints[{index}]").get("key"), "taint key")
+            for index, item in enumerate(_list(spec.get("taints"), "spec.taints"))
+        ]
         node = Node(
             name=key.name,
             addresses=tuple(addresses),
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
             pod_cidrs=pod_cidrs,
+            taints=tuple(taints),
+            deleting=metadata.get("deletionTimestamp") is not None,
         )
     except ParseError as error:
         return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]
