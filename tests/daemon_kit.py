@@ -13,13 +13,13 @@ NODE = "node-a"
 NODE_IP = "192.168.10.11"
 
 
-def node(name: str = NODE, **extra: Any) -> dict[str, Any]:
+def node(name: str = NODE, address: str = NODE_IP, **extra: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, **extra.pop("metadata", {})},
         "spec": extra.pop("spec", {}),
-        "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]},
+        "status": {"addresses": [{"type": "InternalIP", "address": address}]},
     }
 
 

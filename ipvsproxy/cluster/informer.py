@@ -63,7 +63,8 @@ def _ignore(resource: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class InformerHooks:
-    """Called with the resource's plural name, from the reflector's thread."""
+    """Called with the resource's name as the API spells it in URLs ("endpointslices"), from
+    the reflector's thread."""
 
     # An object was added, changed or deleted, or the resource was listed.
     changed: Callable[[str], None] = _ignore
@@ -148,9 +149,9 @@ class Reflector(Generic[T]):
             self._store, self._rejections = store, rejections
             self._resource_version = listing.resource_version
         if self.synced.is_set():
-            self._hooks.relisted(self.resource.plural)
+            self._hooks.relisted(self.resource.plural.lower())
         self.synced.set()
-        self._hooks.changed(self.resource.plural)
+        self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
     def watch_once(self) -> int:
@@ -186,7 +187,7 @@ class Reflector(Generic[T]):
         while not stop.is_set():
             try:
                 if watched:
-                    self._hooks.watch_restarted(self.resource.plural)
+                    self._hooks.watch_restarted(self.resource.plural.lower())
                 watched = True
                 if must_list:
                     self.relist()
@@ -247,7 +248,7 @@ class Reflector(Generic[T]):
             if problems:
                 self._rejections[key] = problems
             self._resource_version = event.resource_version
-        self._hooks.changed(self.resource.plural)
+        self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
 

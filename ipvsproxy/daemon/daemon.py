@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.http import HttpServer
@@ -34,8 +35,8 @@ from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)
 
-SERVICES = "services"
-ENDPOINT_SLICES = "endpointslices"
+SERVICES = api.SERVICES.plural.lower()
+ENDPOINT_SLICES = api.ENDPOINT_SLICES.plural.lower()
 
 
 @dataclass(frozen=True, slots=True)
