@@ -155,6 +155,8 @@ class EndpointSlice:
     endpoints: tuple[Endpoint, ...] = ()
     ports: tuple[EndpointPort, ...] = ()
     resource_version: str = ""
+    # endpoints.kubernetes.io/last-change-trigger-time, seconds since the epoch.
+    trigger_time: float | None = None
 
     @property
     def service(self) -> ObjectKey:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -315,6 +316,24 @@ def _endpoint_port(raw: Any, index: int) -> EndpointPort:
     )
 
 
+TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+
+
+def _trigger_time(annotations: Any) -> float | None:
+    """When the change behind this slice happened, for the network programming latency; a
+    value that is not an RFC 3339 time is only a missing measurement, never a rejection."""
+    if not isinstance(annotations, Mapping):
+        return None
+    value = annotations.get(TRIGGER_TIME_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
+
+
 def parse_endpoint_slice(
     obj: Mapping[str, Any],
 ) -> tuple[EndpointSlice | None, list[Rejection]]:
@@ -348,6 +367,7 @@ def parse_endpoint_slice(
             endpoints=tuple(endpoints),
             ports=tuple(ports),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
+            trigger_time=_trigger_time(metadata.get("annotations")),
         )
     except ParseError as error:
         return None, [

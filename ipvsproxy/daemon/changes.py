@@ -23,6 +23,8 @@ class Changes:
     endpoint_slice_objects: int
     # The Node changed: NodePorts, local endpoints and topology may all differ.
     node: bool
+    # When the changes behind the changed slices happened (their trigger-time annotation).
+    trigger_times: tuple[float, ...] = ()
 
     @property
     def any(self) -> bool:
@@ -49,6 +51,12 @@ def diff(before: ClusterSnapshot, after: ClusterSnapshot) -> Changes:
         service_objects=len(services),
         endpoint_slice_objects=len(slices),
         node=before.node != after.node,
+        trigger_times=tuple(
+            found.trigger_time
+            for key in slices
+            if (found := after.endpoint_slices.get(key)) is not None
+            and found.trigger_time is not None
+        ),
     )
 
 

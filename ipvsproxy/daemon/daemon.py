@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,8 +49,10 @@ class DaemonOptions:
     metrics: tuple[str, int] | None = ("127.0.0.1", 10249)
     # Reads the IPVS counters for the per-service traffic metrics; None turns them off.
     traffic: Callable[[], IPVSTable] | None = None
-    # How often the loop checks whether a drain has ended or a full sync is due.
+    # How often the loop checks whether a full sync is due.
     tick: float = 1.0
+    # How often, while real servers drain, the kernel is read to delete the idle ones.
+    drain_check_period: float = 5.0
     health_check_host: str = ""
 
 
@@ -147,8 +150,12 @@ class Daemon:
 
     def _tick(self, stop: threading.Event) -> None:
         """The graceful-termination timer, and the periodic full sync on time."""
+        last_drain_check = time.monotonic()
         while not stop.wait(self._options.tick):
-            if self.syncer.reconciler.drains:
+            now = time.monotonic()
+            drain_check_due = now - last_drain_check >= self._options.drain_check_period
+            if drain_check_due and self.syncer.reconciler.drains:
+                last_drain_check = now
                 self.syncer.drain_check_wanted = True
                 self.runner.request()
             elif self.syncer.full_sync_due():
@@ -179,6 +186,9 @@ class Daemon:
         if not any(isinstance(f.op, RestoreIptables) for f in report.result.failures):
             self.health.updated()
             self.metrics.last_sync.set_to_current_time()
+            now = time.time()
+            for trigger in report.changes.trigger_times:
+                self.metrics.network_programming.observe(max(0.0, now - trigger))
         self.synced.set()
 
     def _record(self, report: SyncReport) -> None:

@@ -79,9 +79,13 @@ class Syncer:
         started = time.perf_counter()
         changes = diff(self._snapshot, snapshot)
         previous = self._reconciler.last_desired
-        desired = translate(snapshot, self._settings)
-        desired = replace(desired, rejections=(*rejections, *desired.rejections))
         full = self._full_needed or changes.node or previous is None or self.full_sync_due()
+        if full or changes.any or previous is None:
+            desired = translate(snapshot, self._settings)
+            desired = replace(desired, rejections=(*rejections, *desired.rejections))
+        else:
+            # Nothing changed (a drain check): the cluster translates as it did last time.
+            desired = previous
         # Until this sync has finished, a crash in it means the kernel is not what we think.
         self._full_needed = True
         if full:

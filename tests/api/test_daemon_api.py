@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
@@ -87,6 +88,7 @@ def start(fake: FakeApiServer, api: ApiConnection) -> Iterator[Callable[..., Run
             metrics=("127.0.0.1", 0),
             traffic=kernel.recording.fake.dump,
             tick=0.1,
+            drain_check_period=0.2,
             health_check_host="127.0.0.1",
         )
         daemon = Daemon(kernel.kernel(), Settings(**settings), options)
@@ -122,7 +124,10 @@ def test_one_endpoint_slice_change_among_a_thousand_services_writes_only_its_ops
     running.kernel.take_ops()
     full_syncs = running.sample("ipvsproxy_syncs_total", mode="full", result="ok")
 
-    fake.apply(endpoint_slice(7, endpoints=2, first=1))
+    changed = endpoint_slice(7, endpoints=2, first=1)
+    now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    changed["metadata"]["annotations"] = {"endpoints.kubernetes.io/last-change-trigger-time": now}
+    fake.apply(changed)
     vip = VirtualServerKey(Protocol.TCP, ip_address("10.96.0.8"), 80)
     old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
     assert eventually(lambda: new in running.kernel.recording.fake.dump()[vip].real_servers)
@@ -135,6 +140,8 @@ def test_one_endpoint_slice_change_among_a_thousand_services_writes_only_its_ops
     assert all(getattr(op, "virtual", None) == vip for op in ops)
     assert running.sample("ipvsproxy_syncs_total", mode="full", result="ok") == full_syncs
     assert running.sample("kubeproxy_sync_proxy_rules_endpoint_changes_total") >= 1
+    # The change's trigger time became one network programming latency.
+    assert running.sample("kubeproxy_network_programming_duration_seconds_count") == 1
 
 
 def test_no_kernel_write_before_every_list_has_arrived(
