@@ -139,6 +139,8 @@ class Daemon:
                 pass
         finally:
             log.info("stopping; the kernel state stays in place")
+            # Also when leaving on an exception: the timer thread waits on it.
+            stop.set()
             self.runner.stop()
             for thread in threads:
                 thread.join()
