@@ -22,7 +22,7 @@ from ipvsproxy.kernel.bundle import Kernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState, Rejection
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from ipvsproxy.reconcile.scoped import believed_state, services_virtual_servers
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate import ServiceCache, Settings, translate
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class Syncer:
         self._reconciler = reconciler or Reconciler(kernel, clock=clock)
         self._clock = clock
         self._snapshot = EMPTY_SNAPSHOT
+        self._translations = ServiceCache()
         self._last_full: float | None = None
         self._full_needed = True
         self.drain_check_wanted = False
@@ -81,7 +82,7 @@ class Syncer:
         previous = self._reconciler.last_desired
         full = self._full_needed or changes.node or previous is None or self.full_sync_due()
         if full or changes.any or previous is None:
-            desired = translate(snapshot, self._settings)
+            desired = translate(snapshot, self._settings, self._translations)
             desired = replace(desired, rejections=(*rejections, *desired.rejections))
         else:
             # Nothing changed (a drain check): the cluster translates as it did last time.
