@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ipvsproxy.kernel.bundle import FakeKernel, Kernel
+from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable
 
 NODE = "node-a"

@@ -28,10 +28,9 @@ from ipvsproxy.daemon.nodeports import (
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncReport
-from ipvsproxy.kernel.bundle import Kernel
-from ipvsproxy.model import DesiredState, IPVSTable
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.reconcile.describe import describe
-from ipvsproxy.reconcile.operations import RestoreIptables
 from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,10 @@ from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.errors import PreconditionError, SysctlError
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
-from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
+from ipvsproxy.kernel.preconditions import check_ipvs
 from ipvsproxy.model import IPVSTable
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
-from ipvsproxy.kernel.bundle import Kernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState, Rejection
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from ipvsproxy.reconcile.scoped import believed_state, services_virtual_servers

@@ -19,13 +19,13 @@ from ipvsproxy.model import (
     ObjectKey,
     RealServer,
     RealServerKey,
+    RealServerRef,
     RealServerState,
     VirtualServerKey,
     VirtualServerState,
 )
 from ipvsproxy.reconcile.graceful import Drain
 from ipvsproxy.reconcile.ipsets import canonical_entries
-from ipvsproxy.reconcile.operations import RealServerRef
 from ipvsproxy.reconcile.state import KernelState
 
 

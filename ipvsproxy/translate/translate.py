@@ -20,7 +20,6 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -29,6 +28,7 @@ from ipvsproxy.model import (
     ServicePortName,
     ServiceType,
     TrafficPolicy,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
     address_sort_key,
@@ -81,7 +81,7 @@ class _ServiceState:
     bound: set[IPAddress] = field(default_factory=set)
     nodes: set[IPAddress] = field(default_factory=set)
     # Endpoints on this node, with the port's protocol, for the hairpin set.
-    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     rejections: list[Rejection] = field(default_factory=list)

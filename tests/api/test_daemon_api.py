@@ -26,9 +26,9 @@ from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import ApiSource
 from ipvsproxy.model import (
     AddRealServer,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     UpdateRealServer,
     VirtualServerKey,
 )
@@ -128,7 +128,7 @@ def test_one_endpoint_slice_change_among_a_thousand_services_writes_only_its_ops
     now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     changed["metadata"]["annotations"] = {"endpoints.kubernetes.io/last-change-trigger-time": now}
     fake.apply(changed)
-    vip = VirtualServerKey(Protocol.TCP, ip_address("10.96.0.8"), 80)
+    vip = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
     old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
     assert eventually(lambda: new in running.kernel.recording.fake.dump()[vip].real_servers)
     ops = running.kernel.take_ops()

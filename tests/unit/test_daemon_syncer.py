@@ -13,9 +13,9 @@ from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     UpdateRealServer,
     VirtualServerKey,
 )
@@ -78,7 +78,7 @@ def test_one_changed_slice_among_a_thousand_services_writes_only_its_own_ops() -
 
     assert second.mode is SyncMode.INCREMENTAL and second.result.ok
     assert second.changes.services == {ObjectKey("default", "svc-7")}
-    vip = VirtualServerKey(Protocol.TCP, ip_address("10.96.0.8"), 80)
+    vip = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
     old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
     # One endpoint replaced: the new one added, the old one drained (weight 0), nothing else.
     assert fake.take_ops() == [
