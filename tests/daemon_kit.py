@@ -80,14 +80,22 @@ class RecordingIPVS:
         self.fake = FakeIPVS()
         self.ops: list[IPVSOp] = []
         self.dumps = 0
+        # Set, every call raises: a kernel interface broken in a way no op result describes.
+        self.broken = False
 
     def dump(self) -> IPVSTable:
+        self._check()
         self.dumps += 1
         return self.fake.dump()
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        self._check()
         self.ops += ops
         return self.fake.apply(ops)
+
+    def _check(self) -> None:
+        if self.broken:
+            raise RuntimeError("the IPVS socket is broken")
 
 
 class RecordingKernel(FakeKernel):

@@ -1,8 +1,9 @@
 """kube-proxy's proxier health: /healthz and /livez, and whether this node should get traffic.
 
-* A sync is queued when the cluster changes and done when it is written. The proxy is
-  unhealthy while the oldest update still queued is older than the health timeout (kube-proxy
-  uses twice the sync period): the loop is stuck or failing.
+* A sync is queued when the cluster changes and done when it is written. Once it has synced
+  at least once, the proxy is unhealthy while the oldest update still queued is older than the
+  health timeout (kube-proxy uses twice the sync period): the loop is stuck or failing. Until
+  its first sync it is healthy, as kube-proxy is while starting up.
 * /healthz is also 503 while the Node is being deleted or carries the cluster autoscaler's
   ToBeDeletedByClusterAutoscaler taint, so load balancers drain the node first; /livez is not.
 """
@@ -40,7 +41,7 @@ class ProxierHealth:
         self._timeout = timeout
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_updated = 0.0
+        self._last_updated: float | None = None
         self._oldest_queued: float | None = None
         self._node_eligible = True
 
@@ -59,11 +60,13 @@ class ProxierHealth:
             self._node_eligible = node_eligible(node)
 
     def _state(self) -> tuple[bool, float, float, bool]:
+        """(healthy, lastUpdated, currentTime, nodeEligible) as kube-proxy reports them: while
+        healthy, lastUpdated is the current time (what older releases meant by it)."""
         with self._lock:
             now = self._clock()
-            queued = self._oldest_queued
-            healthy = queued is None or now - queued < self._timeout
-            return healthy, self._last_updated, now, self._node_eligible
+            last, queued = self._last_updated, self._oldest_queued
+            healthy = last is None or queued is None or now - queued < self._timeout
+            return healthy, now if healthy else (last or 0.0), now, self._node_eligible
 
     def healthz(self) -> Response:
         healthy, last, now, eligible = self._state()

@@ -191,18 +191,37 @@ def test_healthz_and_livez_answer_as_kube_proxy(
     assert running.sample("kubeproxy_proxy_livez_total", code="200") >= 1
 
 
-def test_a_queued_update_older_than_twice_the_sync_period_is_unhealthy(
+def test_healthy_while_starting_up_however_long_the_lists_take(
     fake: FakeApiServer, start: Callable[..., Running]
 ) -> None:
     for obj in cluster(1):
         fake.apply(obj)
-    # Every list fails: the first sync, queued at start, never happens.
     fake.fail_next(100_000, 500)
-    running = start(sync_period=0.25)
-    assert eventually(lambda: get(running.healthz, "/livez")[0] == 503)
-    assert get(running.healthz, "/healthz")[0] == 503
+    running = start(sync_period=0.1)
+    # Five sync periods of failing lists.
+    assert eventually(lambda: len(fake.requests) >= 10)
+    time.sleep(0.5)
+    # As kube-proxy: no sync yet is "starting up", not "stuck"; and nothing is written.
+    assert get(running.healthz, "/livez")[0] == 200
     assert not running.daemon.synced.is_set()
     assert running.kernel.recording.ops == []
+
+
+def test_a_queued_update_older_than_twice_the_sync_period_is_unhealthy(
+    fake: FakeApiServer, start: Callable[..., Running]
+) -> None:
+    for obj in cluster(2):
+        fake.apply(obj)
+    running = start(sync_period=0.25)
+    assert running.daemon.synced.wait(PATIENCE)
+    assert get(running.healthz, "/livez")[0] == 200
+    running.kernel.recording.broken = True
+    fake.apply(endpoint_slice(1, endpoints=3))
+    assert eventually(lambda: get(running.healthz, "/livez")[0] == 503)
+    assert get(running.healthz, "/healthz")[0] == 503
+    assert running.sample("ipvsproxy_syncs_total", mode="unknown", result="error") >= 1
+    running.kernel.recording.broken = False
+    assert eventually(lambda: get(running.healthz, "/livez")[0] == 200)
 
 
 def test_metrics_carry_kube_proxys_names_and_pass_promtool(

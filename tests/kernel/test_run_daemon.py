@@ -74,50 +74,62 @@ def manifests(tmp_path: Path, node: Node) -> Path:
 
 
 @pytest.fixture
-def daemon(manifests: Path) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ipvsproxy",
-            "run",
-            "--source",
-            str(manifests),
-            "--hostname-override",
-            NODE,
-            "--healthz-bind-address",
-            f"127.0.0.1:{HEALTHZ_PORT}",
-            "--metrics-bind-address",
-            f"127.0.0.1:{METRICS_PORT}",
-            "--ipvs-min-sync-period",
-            "0s",
-            "--logging-format",
-            "json",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+def start_daemon(manifests: Path, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    log = tmp_path / "daemon.log"
+    started: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ipvsproxy",
+                "run",
+                "--source",
+                str(manifests),
+                "--hostname-override",
+                NODE,
+                "--healthz-bind-address",
+                f"127.0.0.1:{HEALTHZ_PORT}",
+                "--metrics-bind-address",
+                f"127.0.0.1:{METRICS_PORT}",
+                "--ipvs-min-sync-period",
+                "0s",
+                "--logging-format",
+                "json",
+            ],
+            stderr=log.open("w"),
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    # Shown with a failing test's captured output.
+    print(log.read_text())
     subprocess.run([sys.executable, "-m", "ipvsproxy", "cleanup"], capture_output=True, check=False)
 
 
 def test_run_serves_health_follows_the_folder_and_leaves_the_table_on_sigterm(
+    tmp_path: Path,
     manifests: Path,
-    daemon: subprocess.Popen[str],
+    start_daemon: Callable[[], subprocess.Popen[str]],
     pod: Callable[[str], Pod],
     client: Callable[[Pod | None], Client],
 ) -> None:
     web = pod("web")
     write(manifests / "one.yaml", [service(1), pointing_at(endpoint_slice(1), web)])
+    daemon = start_daemon()
 
-    wait_for(lambda: (get(HEALTHZ_PORT, "/healthz") or (0, ""))[0] == 200, START_PATIENCE)
+    wait_for(lambda: "-A -t 10.96.0.2:80 -s rr" in ipvs_table(), START_PATIENCE)
     healthz = get(HEALTHZ_PORT, "/healthz")
-    assert healthz is not None and json.loads(healthz[1])["nodeEligible"] is True
+    assert healthz is not None and healthz[0] == 200
+    assert json.loads(healthz[1])["nodeEligible"] is True
     assert (get(HEALTHZ_PORT, "/livez") or (0, ""))[0] == 200
-    wait_for(lambda: "-A -t 10.96.0.2:80 -s rr" in ipvs_table(), PATIENCE)
     assert client(None).tcp_names("10.96.0.2", 80, 3) == {"web": 3}
 
     write(manifests / "two.yaml", [service(2), pointing_at(endpoint_slice(2), web)])
@@ -130,7 +142,8 @@ def test_run_serves_health_follows_the_folder_and_leaves_the_table_on_sigterm(
 
     before = ipvs_table()
     daemon.send_signal(signal.SIGTERM)
-    _, stderr = daemon.communicate(timeout=PATIENCE)
+    daemon.wait(timeout=PATIENCE)
+    stderr = (tmp_path / "daemon.log").read_text()
     assert daemon.returncode == 0, stderr
     assert ipvs_table() == before
     assert "10.96.0.3" in sh("ip", "-o", "addr", "show", "dev", "kube-ipvs0")

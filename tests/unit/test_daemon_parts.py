@@ -117,7 +117,11 @@ def test_the_runner_runs_unasked_after_the_maximum_interval_but_not_before_a_fir
 def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
     clock = Clock()
     health = ProxierHealth(timeout=60.0, clock=clock)
+    health.queued_update()
+    clock.now += 600
+    # Healthy while starting up, however long the first sync takes, as kube-proxy.
     assert health.healthz().status == 200
+    health.updated()
     health.queued_update()
     clock.now += 59
     # A later queue does not reset the oldest one.
@@ -125,10 +129,16 @@ def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
     assert health.livez().status == 200
     clock.now += 2
     assert health.livez().status == 503 and health.healthz().status == 503
+    # Unhealthy, the body says when the last sync was.
+    assert json.loads(health.livez().body) == {
+        "lastUpdated": "1970-01-01 00:26:40.000000000 +0000 UTC",
+        "currentTime": "1970-01-01 00:27:41.000000000 +0000 UTC",
+    }
     health.updated()
     assert health.livez().status == 200
+    # Healthy, lastUpdated is now, as kube-proxy keeps it for older clients.
     body = json.loads(health.healthz().body)
-    assert body["lastUpdated"] == body["currentTime"] == "1970-01-01 00:17:41.000000000 +0000 UTC"
+    assert body["lastUpdated"] == body["currentTime"] == "1970-01-01 00:27:41.000000000 +0000 UTC"
 
 
 @pytest.mark.parametrize(
