@@ -76,15 +76,18 @@ class InformerHooks:
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Doubling delays between failed attempts, as client-go's reflector (0.8 s to 30 s)."""
+    """Doubling delays between failed attempts, as client-go's reflector (0.8 s to 30 s), each
+    stretched by up to ``jitter`` times itself so that the proxies of a cluster, all cut off by
+    the same API server restart, do not come back in step."""
 
     initial: float = 0.8
     maximum: float = 30.0
+    jitter: float = 1.0
 
     def delays(self) -> Iterator[float]:
         delay = self.initial
         while True:
-            yield delay
+            yield delay * (1 + self.jitter * random.random())
             delay = min(delay * 2, self.maximum)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ipvsproxy.cluster.informer import Backoff
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
@@ -265,3 +266,10 @@ def test_the_file_source_is_not_synced_until_it_reads_once(tmp_path: Path) -> No
         assert source.wait_for_sync(10)
     finally:
         source.stop()
+
+
+def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
+    delays = list(itertools.islice(Backoff(0.8, 30.0).delays(), 10))
+    floors = [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 30.0, 30.0]
+    assert all(floor <= delay <= 2 * floor for delay, floor in zip(delays, floors, strict=True))
+    assert list(itertools.islice(Backoff(0.8, 30.0, jitter=0).delays(), 3)) == [0.8, 1.6, 3.2]
