@@ -36,7 +36,7 @@ NETWORK_PROGRAMMING_BUCKETS = [
 
 # Hostile input writes rejection reasons: quoted values and numbers are cut out of the label so
 # that its values stay few.
-_VARIABLE = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+_VARIABLE = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\d+""")
 
 
 def reason_label(rejection: Rejection) -> str:

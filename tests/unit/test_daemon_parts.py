@@ -207,7 +207,10 @@ def test_text_logs_put_the_fields_after_the_message() -> None:
 def test_skip_reasons_lose_their_values() -> None:
     one = Rejection("Service a/b", "clusterIP '10.0.0.999' is not an IP address")
     two = Rejection("Service c/d", "clusterIP 'evil\nvalue' is not an IP address")
-    assert reason_label(one) == reason_label(two) == "Service: clusterIP _ is not an IP address"
+    hostile = "it's \"x"
+    three = Rejection("Service e/f", f"clusterIP {hostile!r} is not an IP address")
+    assert reason_label(one) == reason_label(two) == reason_label(three)
+    assert reason_label(one) == "Service: clusterIP _ is not an IP address"
 
 
 @pytest.mark.parametrize(
