@@ -15,7 +15,7 @@ from ipvsproxy import __version__
 from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, resolve
+from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, resolve
 from ipvsproxy.daemon.main import DaemonError, serve_daemon
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError, SysctlError
@@ -102,6 +102,13 @@ def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _resolve_config(ctx: click.Context) -> ProxyConfig:
     """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
+    resolved = _resolve(ctx)
+    for warning in resolved.warnings:
+        click.echo(f"ipvsproxy: warning: {warning}", err=True)
+    return resolved.config
+
+
+def _resolve(ctx: click.Context) -> Resolved:
     flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
     explicit = [
         flag
@@ -109,12 +116,9 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     ]
     try:
-        resolved = resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
     except ConfigError as error:
         _fail(str(error))
-    for warning in resolved.warnings:
-        click.echo(f"ipvsproxy: warning: {warning}", err=True)
-    return resolved.config
 
 
 def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
@@ -296,8 +300,14 @@ def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: objec
 
     SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
     """
-    config = _resolve_config(ctx)
+    resolved = _resolve(ctx)
     try:
-        serve_daemon(config, ctx.params["source"], verbosity, traffic_metrics=traffic_metrics)
+        serve_daemon(
+            resolved.config,
+            ctx.params["source"],
+            verbosity,
+            traffic_metrics=traffic_metrics,
+            warnings=resolved.warnings,
+        )
     except DaemonError as error:
         _fail(str(error))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -64,9 +65,16 @@ def stop_on_signals(stop: threading.Event) -> None:
 
 
 def serve_daemon(
-    config: ProxyConfig, source_path: Path | None, verbosity: int, *, traffic_metrics: bool
+    config: ProxyConfig,
+    source_path: Path | None,
+    verbosity: int,
+    *,
+    traffic_metrics: bool,
+    warnings: Sequence[str] = (),
 ) -> None:
     configure(config.logging_format, verbosity)
+    for warning in warnings:
+        log.warning(warning)
     options = options_from(config, traffic_metrics=traffic_metrics)
     try:
         check_ipvs()
