@@ -136,9 +136,30 @@ def test_run_serves_health_follows_the_folder_and_leaves_the_table_on_sigterm(
     seconds = wait_for(lambda: "-A -t 10.96.0.3:80 -s rr" in ipvs_table(), PATIENCE)
     print(f"a manifest added to the folder reached the kernel in {seconds:.2f} s")
     assert client(None).tcp_names("10.96.0.3", 80, 3) == {"web": 3}
+    # The per-service traffic comes from the kernel's own counters, which IPVS's estimator
+    # folds in every two seconds: our three connections, once it has.
+    traffic = (
+        "ipvsproxy_service_connections_total"
+        '{namespace="default",port="http",protocol="TCP",service="svc-1"} '
+    )
+
+    def connections() -> float:
+        text = (get(METRICS_PORT, "/metrics") or (0, ""))[1]
+        found = [line for line in text.splitlines() if line.startswith(traffic)]
+        return float(found[0].removeprefix(traffic)) if found else -1.0
+
+    wait_for(lambda: connections() >= 3, PATIENCE)
     metrics = get(METRICS_PORT, "/metrics")
     assert metrics is not None
     assert 'ipvsproxy_syncs_total{mode="incremental",result="ok"}' in metrics[1]
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=metrics[1],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
     before = ipvs_table()
     daemon.send_signal(signal.SIGTERM)
