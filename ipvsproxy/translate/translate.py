@@ -32,7 +32,6 @@ from ipvsproxy.model import (
     TrafficPolicy,
     VirtualServer,
     VirtualServerKey,
-    address_sort_key,
 )
 from ipvsproxy.translate.conflicts import Claim, Claims
 from ipvsproxy.translate.endpoints import (
@@ -109,6 +108,22 @@ def _addresses(
     return found
 
 
+def _not_the_nodes(
+    address: IPAddress, node: NodeFacts, service: Service, state: _ServiceState
+) -> bool:
+    """A cluster IP is bound on kube-ipvs0: never one of the node's own addresses."""
+    if address not in node.addresses:
+        return True
+    state.rejections.append(
+        Rejection(
+            f"Service {service.key}",
+            f"clusterIP {address} is this node's address; ignored",
+            SkipReason.UNUSABLE_ADDRESS,
+        )
+    )
+    return False
+
+
 def _allowed_external(
     address: IPAddress, service: Service, settings: Settings, state: _ServiceState
 ) -> bool:
@@ -179,7 +194,11 @@ def _service_state(
         # kube-proxy's FlagSourceHash: mh hashes on source port as well as address.
         flags |= ServiceFlags.SCHED2
     timeout = service.session_affinity_timeout or 0
-    cluster_ips = _addresses(service.cluster_ips, "clusterIP", service, state, cache)
+    cluster_ips = [
+        ip
+        for ip in _addresses(service.cluster_ips, "clusterIP", service, state, cache)
+        if _not_the_nodes(ip, node, service, state)
+    ]
     # kube-proxy runs one proxier per family and a service exists in a family's proxier
     # only through a cluster IP of that family: other addresses of other families are left.
     families = {IPFamily.of(ip) for ip in cluster_ips}
@@ -281,21 +300,6 @@ class _Merged:
         (self.nodes if on_node else self.bound).add(key.address)
 
 
-def _drop_node_ports_on_bound_addresses(merged: _Merged, rejections: list[Rejection]) -> None:
-    """A node address that is also a service IP on kube-ipvs0 carries no NodePort."""
-    clash = merged.nodes & merged.bound
-    if not clash:
-        return
-    for key in [k for k, d in merged.servers.items() if d.kind is AddressKind.NODE_PORT]:
-        if key.address in clash:
-            del merged.servers[key]
-    merged.nodes -= clash
-    rejections += [
-        Rejection(f"Node address {address}", "it is a service IP on kube-ipvs0; no NodePort on it")
-        for address in sorted(clash, key=address_sort_key)
-    ]
-
-
 @without_cyclic_gc
 def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     slices_by_service: dict[ObjectKey, list[EndpointSlice]] = {}
@@ -346,7 +350,6 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     merged = _Merged()
     for vs_key, (_, found) in claims.held.items():
         merged.take(vs_key, found, node)
-    _drop_node_ports_on_bound_addresses(merged, rejections)
     ipsets = build_ipsets(
         merged.servers,
         local_external=frozenset(merged.local_external),
