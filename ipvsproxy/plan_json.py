@@ -10,14 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
+    EnsureInterface,
+    FlushConntrack,
+    PlanOp,
     RealServer,
     RealServerKey,
+    RestoreIptables,
     UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
@@ -25,15 +32,6 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.describe import describe
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    EnsureInterface,
-    FlushConntrack,
-    PlanOp,
-    RestoreIptables,
-)
 
 SCHEMA = "ipvsproxy.io/sync-plan/v1"
 

@@ -12,28 +12,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
     IPVSOp,
+    PlanOp,
     RealServer,
+    RealServerRef,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
     VirtualServerKey,
+    virtual_of,
 )
 from ipvsproxy.plan_json import SCHEMA, operation_json
 from ipvsproxy.reconcile.graceful import Drain
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    PlanOp,
-    RealServerRef,
-    virtual_of,
-)
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
 

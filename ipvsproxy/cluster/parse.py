@@ -29,13 +29,13 @@ from ipvsproxy.model import (
     LoadBalancerIngress,
     Node,
     ObjectKey,
-    Protocol,
     Rejection,
     Service,
     ServicePort,
     ServiceType,
     SkipReason,
     TrafficPolicy,
+    TransportProtocol,
 )
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
@@ -43,7 +43,7 @@ MAX_AFFINITY_TIMEOUT = 86400
 MISSING_NODE = (
     "not found (check --hostname-override): NodePorts, Local traffic policy and zone hints need it"
 )
-_PROTOCOLS = {p.value: p for p in Protocol}
+_PROTOCOLS = {p.value: p for p in TransportProtocol}
 _ADDRESS_VERSIONS = {"IPv4": 4, "IPv6": 6}
 # As the API server writes metadata.creationTimestamp: RFC 3339 in UTC, whole seconds.
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -119,7 +119,7 @@ def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _protocol(value: Any, what: str) -> Protocol:
+def _protocol(value: Any, what: str) -> TransportProtocol:
     name = _str(value, what, default="TCP")
     try:
         return _PROTOCOLS[name]
@@ -191,7 +191,7 @@ def _service_ports(raw: Any, label: str, rejections: list[Rejection]) -> tuple[S
     """Each bad or conflicting port is dropped on its own; the service keeps the rest."""
     ports: list[ServicePort] = []
     seen_names: set[str] = set()
-    seen_numbers: set[tuple[Protocol, int]] = set()
+    seen_numbers: set[tuple[TransportProtocol, int]] = set()
     for index, item in enumerate(_list(raw, "spec.ports")):
         try:
             port = _service_port(item, index)

@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ipvsproxy.kernel.errors import PreconditionError
+
 # linux/capability.h: the one capability programming IPVS, addresses and netfilter needs.
 CAP_NET_ADMIN = 12
-
-
-class PreconditionError(Exception):
-    """The machine cannot run ipvsproxy; the message says what to do, in one line."""
 
 
 def effective_capabilities(proc: Path = Path("/proc")) -> int:

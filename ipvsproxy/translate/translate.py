@@ -20,7 +20,6 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -30,6 +29,7 @@ from ipvsproxy.model import (
     ServiceType,
     SkipReason,
     TrafficPolicy,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -73,7 +73,7 @@ class _ServiceState:
 
     servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
     # Endpoints on this node, with the port's protocol, for the hairpin set.
-    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     rejections: list[Rejection] = field(default_factory=list)
@@ -318,7 +318,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     node = node_facts(snapshot, settings)
     cache = AddressCache()
     claims: Claims[_ServiceState] = Claims()
-    hairpin: set[tuple[Protocol, RealServerKey]] = set()
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
     health_checks: dict[ObjectKey, int] = {}
     health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
