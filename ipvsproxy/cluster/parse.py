@@ -243,18 +243,23 @@ def _created(metadata: Mapping[str, Any], label: str, rejections: list[Rejection
     return ""
 
 
-def _check_programmable(service: Service, spec_given: bool, rejections: list[Rejection]) -> None:
-    """Say why a Service that is not headless or ExternalName will program nothing."""
+def _check_programmable(
+    service: Service, spec: Mapping[str, Any] | None, rejections: list[Rejection]
+) -> None:
+    """Say why a Service that is not headless or ExternalName will program nothing.
+
+    Ports that were each refused already say why; only a Service that lists none is named.
+    """
     label = f"Service {service.key}"
     if service.type is ServiceType.EXTERNAL_NAME or service.cluster_ips[:1] == ("None",):
         return
-    if not spec_given:
+    if spec is None:
         rejections.append(Rejection(label, "has no spec; nothing to program"))
     elif not service.cluster_ips:
         rejections.append(
             Rejection(label, "has no clusterIP (not allocated: never applied?); nothing to program")
         )
-    elif not service.ports and not rejections:
+    elif not spec.get("ports"):
         rejections.append(Rejection(label, "has no ports; nothing to program"))
 
 
@@ -330,7 +335,8 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             *rejections,
             Rejection(label or describe({**obj, "kind": "Service"}), str(error)),
         ]
-    _check_programmable(service, obj.get("spec") is not None, rejections)
+    raw_spec = obj.get("spec")
+    _check_programmable(service, raw_spec if isinstance(raw_spec, Mapping) else None, rejections)
     return service, rejections
 
 
