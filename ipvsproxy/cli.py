@@ -207,11 +207,23 @@ def sync(
             click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
         result = Reconciler(kernel).sync(desired)
     if output == "json":
-        click.echo(sync_result_json(result, desired))
+        _write(sync_result_json(result, desired))
     else:
         click.echo(sync_plan_text(result.plan, desired))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
+
+
+def _write(chunks: Iterable[str], batch: int = 65536) -> None:
+    """Text too large to hold whole, written in batches as it is made."""
+    pending: list[str] = []
+    for chunk in chunks:
+        pending.append(chunk)
+        if len(pending) >= batch:
+            sys.stdout.write("".join(pending))
+            pending.clear()
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def _schedulers(desired: DesiredState) -> set[str]:
@@ -231,7 +243,7 @@ def _dry_run(desired: DesiredState, output: str) -> None:
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
         baseline = Baseline(live=False, reason=str(error))
     if output == "json":
-        click.echo(sync_plan_json(plan, desired, baseline))
+        _write(sync_plan_json(plan, desired, baseline))
     else:
         click.echo(header)
         click.echo(sync_plan_text(plan, desired))
