@@ -1,11 +1,8 @@
-"""Write the 10,000-service, 100,000-endpoint cluster of translate_bench as one JSON manifest.
+"""The 10,000-service, 100,000-endpoint cluster of translate_bench as one JSON manifest.
 
-As ``kubectl get services,endpointslices,nodes -A -o json`` prints it (indented), for timing
-the whole command on it::
-
-    python bench/big_manifest.py /tmp/big.json
-    /usr/bin/time -v ipvsproxy sync --once --dry-run --source /tmp/big.json \\
-        --hostname-override node-0 > /dev/null
+As ``kubectl get services,endpointslices,nodes -A -o json`` prints it (indented):
+``python bench/big_manifest.py /tmp/big.json``; ``bench/command_bench.py`` times the whole
+``sync --once --dry-run`` on it.
 """
 
 from __future__ import annotations
@@ -18,13 +15,13 @@ from pathlib import Path
 from translate_bench import cluster_objects
 
 
-def main() -> None:
+def write_manifest(path: Path) -> None:
     objects = cluster_objects()
     for number, obj in enumerate(objects):
         obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:{number // 60 % 60:02d}:00Z"
-    with Path(sys.argv[1]).open("w") as out:
+    with path.open("w") as out:
         json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, out, indent=4)
 
 
 if __name__ == "__main__":
-    main()
+    write_manifest(Path(sys.argv[1]))
