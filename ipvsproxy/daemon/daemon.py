@@ -19,7 +19,7 @@ from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.http import HttpServer
-from ipvsproxy.daemon.metrics import Metrics, reason_label
+from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
     local_endpoint_counts,
@@ -213,7 +213,7 @@ class Daemon:
                 metrics.drift_repairs.labels(kind=kind).inc(count)
                 log.warning("repaired %d %s changed behind our back", count, kind)
         for rejection in report.new_rejections:
-            metrics.objects_skipped.labels(reason=reason_label(rejection)).inc()
+            metrics.objects_skipped.labels(reason=rejection.category.value).inc()
             log.warning("skipped %s: %s", rejection.object, rejection.reason)
         metrics.real_servers_draining.set(len(self.syncer.reconciler.drains))
         log.info(

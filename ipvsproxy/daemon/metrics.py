@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
@@ -18,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, Metric, UnknownMetricFam
 from prometheus_client.registry import Collector
 
 from ipvsproxy.daemon.http import Response
-from ipvsproxy.model import DesiredState, IPVSTable, Rejection, TrafficStats
+from ipvsproxy.model import DesiredState, IPVSTable, TrafficStats
 
 
 def _linear(start: float, width: float, count: int) -> list[float]:
@@ -33,15 +32,6 @@ NETWORK_PROGRAMMING_BUCKETS = [
     *_linear(60, 5, 12),
     *_linear(120, 30, 7),
 ]
-
-# Hostile input writes rejection reasons: quoted values and numbers are cut out of the label so
-# that its values stay few.
-_VARIABLE = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\d+""")
-
-
-def reason_label(rejection: Rejection) -> str:
-    kind = rejection.object.split(" ", 1)[0]
-    return f"{kind}: {_VARIABLE.sub('_', rejection.reason)}"[:120]
 
 
 class _NoLocalEndpoints(Collector):
@@ -206,7 +196,7 @@ class Metrics:
         )
         self.objects_skipped = Counter(
             "ipvsproxy_objects_skipped",
-            "Objects (or parts of them) newly found invalid and left out, by reason",
+            "Objects (or parts of them) newly left out, by reason (invalid, duplicate, ...)",
             ["reason"],
             registry=registry,
         )

@@ -232,8 +232,10 @@ def test_metrics_carry_kube_proxys_names_and_pass_promtool(
 ) -> None:
     for obj in cluster(3):
         fake.apply(obj)
+    fake.apply(service(9, clusterIP="10.96.0.999"))
     running = start()
     assert running.daemon.synced.wait(PATIENCE)
+    assert running.sample("ipvsproxy_objects_skipped_total", reason="invalid") == 1
     status, text = get(running.metrics, "/metrics")
     assert status == 200
     for name in (

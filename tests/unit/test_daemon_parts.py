@@ -19,10 +19,9 @@ from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
 from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
-from ipvsproxy.daemon.metrics import reason_label
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import FileSource
-from ipvsproxy.model import ClusterSnapshot, Node, ObjectKey, Rejection
+from ipvsproxy.model import ClusterSnapshot, Node, ObjectKey
 from tests.daemon_kit import NODE, cluster, endpoint_slice, service
 
 
@@ -202,15 +201,6 @@ def test_json_logs_are_one_object_per_line_with_the_events_fields() -> None:
 def test_text_logs_put_the_fields_after_the_message() -> None:
     line = TextFormatter().format(_record(mode="full"))
     assert line.endswith(' info synced now mode="full"')
-
-
-def test_skip_reasons_lose_their_values() -> None:
-    one = Rejection("Service a/b", "clusterIP '10.0.0.999' is not an IP address")
-    two = Rejection("Service c/d", "clusterIP 'evil\nvalue' is not an IP address")
-    hostile = "it's \"x"
-    three = Rejection("Service e/f", f"clusterIP {hostile!r} is not an IP address")
-    assert reason_label(one) == reason_label(two) == reason_label(three)
-    assert reason_label(one) == "Service: clusterIP _ is not an IP address"
 
 
 @pytest.mark.parametrize(
