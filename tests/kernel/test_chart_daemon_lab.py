@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,13 @@ def _get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+def _wait_for(condition: Callable[[], bool], log: Path) -> None:
+    deadline = time.monotonic() + READY_WITHIN
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached; the proxy's log:\n{log.read_text()}"
+        time.sleep(1)
+
+
 def _probe(
     container: dict[str, Any], probe: str, proxy: subprocess.Popen[str], log: Path
 ) -> dict[str, Any]:
@@ -151,12 +158,13 @@ def test_the_chart_s_daemon_container_serves_its_probes(
     log = log_path.open("w")
     proxy = subprocess.Popen(command_line, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
-        for probe in ("livenessProbe", "readinessProbe"):
-            body = _probe(container, probe, proxy, log_path)
-            assert body["nodeEligible"] is True
-            assert {"lastUpdated", "currentTime"} <= body.keys()
-        # Ready means synced: the service from the API server is in the kernel.
-        assert f"TCP  {SERVICE_IP}:80 rr" in sh("ipvsadm", "-Ln")
+        # kube-proxy's bodies: /livez the times, /healthz also whether the node takes traffic.
+        alive = _probe(container, "livenessProbe", proxy, log_path)
+        assert {"lastUpdated", "currentTime"} <= alive.keys()
+        ready = _probe(container, "readinessProbe", proxy, log_path)
+        assert ready["nodeEligible"] is True
+        # It reached the API server through the chart's kubeconfig: the service is in the kernel.
+        _wait_for(lambda: f"TCP  {SERVICE_IP}:80 rr" in sh("ipvsadm", "-Ln"), log_path)
         status, metrics = _get(f"http://127.0.0.1:{_port(container, 'metrics')}/metrics")
         assert status == 200
         assert "kubeproxy_sync_proxy_rules_last_timestamp_seconds" in metrics
