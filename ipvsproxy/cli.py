@@ -16,13 +16,10 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
-from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.ipvs import NetlinkIPVS
-from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.errors import PreconditionError, SysctlError
+from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
+from ipvsproxy.kernel.preconditions import check_ipvs
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
@@ -217,8 +214,8 @@ def cleanup() -> None:
     Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
     """
     _check_preconditions()
-    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
-        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    with real_kernel() as kernel:
+        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
     for line in report.removed:
         click.echo(line)
     for line in report.failed:
@@ -244,8 +241,8 @@ def _service_filter(text: str | None) -> ObjectKey | None:
 
 def _kernel_ipvs_table() -> IPVSTable:
     _check_preconditions()
-    with NetlinkIPVS() as ipvs:
-        return ipvs.dump()
+    with real_kernel() as kernel:
+        return kernel.ipvs.dump()
 
 
 @main.command()

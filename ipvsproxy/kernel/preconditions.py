@@ -6,9 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-
-class PreconditionError(Exception):
-    """The machine cannot run ipvsproxy; the message says what to do, in one line."""
+from ipvsproxy.kernel.errors import PreconditionError
 
 
 def check_ipvs(

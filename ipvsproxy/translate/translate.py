@@ -19,7 +19,6 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -28,6 +27,7 @@ from ipvsproxy.model import (
     ServicePortName,
     ServiceType,
     TrafficPolicy,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
     address_sort_key,
@@ -80,7 +80,7 @@ class _ServiceState:
     bound: set[IPAddress] = field(default_factory=set)
     nodes: set[IPAddress] = field(default_factory=set)
     # Endpoints on this node, with the port's protocol, for the hairpin set.
-    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     rejections: list[Rejection] = field(default_factory=list)

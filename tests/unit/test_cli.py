@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.preconditions import PreconditionError
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.preconditions import check_ipvs
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
 
 
