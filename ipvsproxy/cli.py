@@ -12,8 +12,12 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
+from ipvsproxy.cluster.api import read_cluster
+from ipvsproxy.cluster.connection import ApiError, connect
+from ipvsproxy.cluster.deadline import deadline
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, resolve
+from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, resolve
+from ipvsproxy.daemon.main import DaemonError, serve_daemon
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError, SysctlError
 from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
@@ -23,15 +27,18 @@ from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
-from ipvsproxy.render import sync_plan_json, sync_plan_text, sync_result_json, sync_result_text
+from ipvsproxy.render import (
+    LIVE_KERNEL,
+    Baseline,
+    sync_plan_json,
+    sync_plan_text,
+    sync_result_json,
+    sync_result_text,
+)
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import translate
 
 USAGE_EXIT = 2
-
-
-def _not_implemented(command: str) -> NoReturn:
-    _fail(f"{command}: not implemented yet")
 
 
 class _OneLineErrors(click.Group):
@@ -54,12 +61,6 @@ class _OneLineErrors(click.Group):
 @click.version_option(__version__, prog_name="ipvsproxy")
 def main() -> None:
     """A Kubernetes service proxy that programs the Linux kernel's IPVS load balancer."""
-
-
-@main.command()
-def run() -> None:
-    """Run the proxy: watch the cluster and keep the kernel in sync."""
-    _not_implemented("run")
 
 
 def _fail(message: str) -> NoReturn:
@@ -98,6 +99,12 @@ _PROXY_FLAGS = (
                  help="The pods' bridge, for --detect-local-mode=BridgeInterface."),
     click.option("--pod-interface-name-prefix", metavar="PREFIX",
                  help="The pods' interface prefix, for --detect-local-mode=InterfaceNamePrefix."),
+    click.option("--service-external-ip-range", metavar="CIDRS", multiple=True,
+                 help="Accept externalIPs only inside these CIDRs (repeatable, or comma-"
+                 "separated); others are ignored with a warning [default: any]."),
+    click.option("--api-timeout", metavar="DURATION",
+                 help="The longest a one-shot read of the cluster from the API server may "
+                 "take, however slowly it answers [default: 60s]."),
 )  # fmt: skip
 
 
@@ -109,6 +116,13 @@ def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _resolve_config(ctx: click.Context) -> ProxyConfig:
     """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
+    resolved = _resolve(ctx)
+    for warning in resolved.warnings:
+        click.echo(f"ipvsproxy: warning: {warning}", err=True)
+    return resolved.config
+
+
+def _resolve(ctx: click.Context) -> Resolved:
     flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
     explicit = [
         flag
@@ -116,42 +130,34 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     ]
     try:
-        resolved = resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
     except ConfigError as error:
         _fail(str(error))
-    for warning in resolved.warnings:
-        click.echo(f"ipvsproxy: warning: {warning}", err=True)
-    return resolved.config
 
 
-def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
+def _snapshot(
+    source: Path | None, config: ProxyConfig, allow_empty: bool
+) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
-    if source is None:
-        return _api_snapshot(config)
     try:
-        return load_snapshot(source, config.hostname)
-    except SourceError as error:
-        _fail(str(error))
-
-
-def _api_snapshot(config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
-    # Imported only here: the kubernetes client is a third of the command's start-up (seconds
-    # in the lab, where every file read crosses hostfs) and --source never needs it.
-    from ipvsproxy.cluster.api import read_cluster  # noqa: PLC0415
-    from ipvsproxy.cluster.connection import ApiError, connect  # noqa: PLC0415
-
-    try:
-        with connect(config.kubeconfig, config.master or None) as api:
+        if source is not None:
+            return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+        with (
+            connect(config.kubeconfig, config.master or None) as api,
+            deadline(config.api_timeout, f"reading the cluster from the API server at {api.host}"),
+        ):
             read = read_cluster(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
             return read.snapshot, read.rejections
-    except ApiError as error:
+    except (SourceError, ApiError) as error:
         _fail(str(error))
 
 
-def _desired_state(source: Path | None, config: ProxyConfig) -> DesiredState:
-    snapshot, rejections = _snapshot(source, config)
+def _desired_state(
+    source: Path | None, config: ProxyConfig, allow_empty: bool = True
+) -> DesiredState:
+    snapshot, rejections = _snapshot(source, config, allow_empty)
     desired = translate(snapshot, config.settings)
     return replace(desired, rejections=(*rejections, *desired.rejections))
 
@@ -164,9 +170,16 @@ _output_option = click.option(
 @main.command()
 @click.option("--once", is_flag=True, help="Reconcile once and exit.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Accept a --source without any Service (which removes every virtual server).",
+)
 @_output_option
 @_proxy_options
-def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: object) -> None:
+def sync(
+    ctx: click.Context, *, once: bool, dry_run: bool, allow_empty: bool, output: str, **_: object
+) -> None:
     """Reconcile the kernel's IPVS state with the cluster.
 
     Exit 0 when every operation applied, 1 when some failed (each listed), 2 for usage and
@@ -175,7 +188,7 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    desired = _desired_state(ctx.params["source"], config)
+    desired = _desired_state(ctx.params["source"], config, allow_empty)
     if dry_run:
         _dry_run(desired, output)
         return
@@ -189,11 +202,23 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
             click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
         result = Reconciler(kernel).sync(desired)
     if output == "json":
-        click.echo(sync_result_json(result, desired))
+        _write(sync_result_json(result, desired))
     else:
         click.echo(sync_plan_text(result.plan, desired))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
+
+
+def _write(chunks: Iterable[str], batch: int = 65536) -> None:
+    """Text too large to hold whole, written in batches as it is made."""
+    pending: list[str] = []
+    for chunk in chunks:
+        pending.append(chunk)
+        if len(pending) >= batch:
+            sys.stdout.write("".join(pending))
+            pending.clear()
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def _schedulers(desired: DesiredState) -> set[str]:
@@ -207,11 +232,13 @@ def _dry_run(desired: DesiredState, output: str) -> None:
         with real_kernel() as kernel:
             plan = Reconciler(kernel).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
+        baseline = LIVE_KERNEL
     except PreconditionError as error:
         plan = plan_sync(desired, EMPTY_KERNEL)
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
+        baseline = Baseline(live=False, reason=str(error))
     if output == "json":
-        click.echo(sync_plan_json(plan, desired))
+        _write(sync_plan_json(plan, desired, baseline))
     else:
         click.echo(header)
         click.echo(sync_plan_text(plan, desired))
@@ -272,3 +299,57 @@ def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -
     desired = _desired_state(source, config) if named else None
     view = build_view(_kernel_ipvs_table(), desired, only)
     click.echo(view_json(view) if output == "json" else view_text(view))
+
+
+def _verbosity(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """klog's -v: ``-v 2``, ``-v2``, ``--v=2`` and ``-v=2`` alike."""
+    text = value.removeprefix("=")
+    if not text.isdigit():
+        raise click.BadParameter(f"{value!r} is not a verbosity level (0, 1, 2, ...)", ctx, param)
+    return int(text)
+
+
+_RUN_FLAGS = (
+    click.option("--healthz-bind-address", metavar="HOST:PORT",
+                 help="Serve /healthz and /livez here; port 0 turns them off "
+                 "[default: 0.0.0.0:10256]."),
+    click.option("--metrics-bind-address", metavar="HOST:PORT",
+                 help="Serve /metrics here; port 0 turns it off [default: 127.0.0.1:10249]."),
+    click.option("--ipvs-sync-period", metavar="DURATION",
+                 help="How often the kernel is read whole and repaired [default: 30s]."),
+    click.option("--ipvs-min-sync-period", metavar="DURATION",
+                 help="The least time between two syncs; changes in between coalesce "
+                 "[default: 1s]."),
+    click.option("--logging-format", type=click.Choice(["text", "json"]),
+                 help="Log lines as text or as JSON objects [default: text]."),
+    click.option("-v", "--v", "verbosity", default="0", metavar="N", callback=_verbosity,
+                 help="Log verbosity; 4 and up logs debug detail [default: 0]."),
+    click.option("--traffic-metrics/--no-traffic-metrics", default=True,
+                 help="Export per-service IPVS traffic counters in /metrics [default: on]."),
+)  # fmt: skip
+
+
+def _run_options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_RUN_FLAGS):
+        command = option(command)
+    return _proxy_options(command)
+
+
+@main.command()
+@_run_options
+def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: object) -> None:
+    """Run the proxy: watch the cluster (or --source) and keep the kernel in sync.
+
+    SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
+    """
+    resolved = _resolve(ctx)
+    try:
+        serve_daemon(
+            resolved.config,
+            ctx.params["source"],
+            verbosity,
+            traffic_metrics=traffic_metrics,
+            warnings=resolved.warnings,
+        )
+    except DaemonError as error:
+        _fail(str(error))

@@ -12,15 +12,15 @@ kube-proxy's rules, kept here (cmd/kube-proxy/app/options.go):
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ipvsproxy.bounded_load import LoadError, load_documents
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
@@ -38,14 +38,15 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "detectLocal.bridgeInterface": ("--pod-bridge-interface", "str"),
     "detectLocal.interfaceNamePrefix": ("--pod-interface-name-prefix", "str"),
     "nodePortAddresses": ("--nodeport-addresses", "list"),
-    "healthzBindAddress": (None, "str"),
-    "metricsBindAddress": (None, "str"),
+    "healthzBindAddress": ("--healthz-bind-address", "str"),
+    "metricsBindAddress": ("--metrics-bind-address", "str"),
     "iptables.masqueradeAll": ("--masquerade-all", "bool"),
     "ipvs.scheduler": ("--ipvs-scheduler", "str"),
     "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
     "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
-    "ipvs.syncPeriod": (None, "duration"),
-    "ipvs.minSyncPeriod": (None, "duration"),
+    "ipvs.syncPeriod": ("--ipvs-sync-period", "duration"),
+    "ipvs.minSyncPeriod": ("--ipvs-min-sync-period", "duration"),
+    "logging.format": ("--logging-format", "str"),
 }
 
 # kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
@@ -56,7 +57,10 @@ IGNORED_FIELDS = frozenset(
         "clientConnection.contentType",
         "clientConnection.qps",
         "clientConnection.burst",
-        "logging",
+        "logging.flushFrequency",
+        "logging.verbosity",
+        "logging.vmodule",
+        "logging.options",
         "bindAddress",
         "bindAddressHardFail",
         "enableProfiling",
@@ -81,15 +85,22 @@ IGNORED_FIELDS = frozenset(
 
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
+# Our flags beyond kube-proxy's: the file has no field for them, so they apply with --config.
+EXTERNAL_IP_RANGE_FLAG = "--service-external-ip-range"
+API_TIMEOUT_FLAG = "--api-timeout"
+DEFAULT_API_TIMEOUT = 60.0
 
 DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
     "ipvs.syncPeriod": "30s",
-    "ipvs.minSyncPeriod": "0s",
+    # kube-proxy's IPVS default is 0s; one second lets a burst of changes coalesce.
+    "ipvs.minSyncPeriod": "1s",
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
+    "logging.format": "text",
 }
+LOGGING_FORMATS = ("text", "json")
 
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -109,9 +120,12 @@ class ProxyConfig:
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
-    min_sync_period: float = 0.0
+    min_sync_period: float = 1.0
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
+    logging_format: str = "text"
+    # The longest a one-shot read of the cluster may take, however the API server trickles.
+    api_timeout: float = DEFAULT_API_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +198,12 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The fields of a KubeProxyConfiguration file we use, by dotted path, and warnings."""
     label = f"--config {path}"
     try:
-        document = yaml.safe_load(path.read_text())
+        documents = load_documents(path.read_text()).documents
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{label}: {getattr(error, 'strerror', None) or error}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{label}: not YAML ({str(error).splitlines()[0]})") from None
+    except LoadError as error:
+        raise ConfigError(f"{label}: {error}") from None
+    document = documents[0] if len(documents) == 1 else None
     if not isinstance(document, dict):
         raise ConfigError(f"{label}: not a {KIND} object")
     if document.get("apiVersion") != API_VERSION:
@@ -263,7 +278,41 @@ def resolve(
     # As kube-proxy's defaulting: an empty value in the file means the default.
     merged = {**DEFAULTS, **values}
     merged.update({path: DEFAULTS[path] for path in DEFAULTS if merged[path] == ""})
-    return Resolved(_build(merged, origin, master), tuple(warnings))
+    return Resolved(_with_own_flags(_build(merged, origin, master), flags), tuple(warnings))
+
+
+def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfig:
+    ranges = flags.get(EXTERNAL_IP_RANGE_FLAG) or ()
+    timeout_text = flags.get(API_TIMEOUT_FLAG)
+    timeout = DEFAULT_API_TIMEOUT
+    if timeout_text is not None:
+        try:
+            timeout = parse_duration(timeout_text)
+        except ValueError:
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: not a duration") from None
+        if timeout <= 0:
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+    settings = replace(
+        config.settings,
+        external_ip_ranges=parse_cidrs(
+            ",".join([ranges] if isinstance(ranges, str) else ranges), EXTERNAL_IP_RANGE_FLAG
+        ),
+    )
+    return replace(config, settings=settings, api_timeout=timeout)
+
+
+def _interface_for_mode(
+    values: Mapping[str, Any], origin: Mapping[str, str], detect: LocalDetectMode
+) -> None:
+    """kube-proxy's validation: the interface modes are useless without their interface."""
+    needed = {
+        LocalDetectMode.BRIDGE_INTERFACE: "detectLocal.bridgeInterface",
+        LocalDetectMode.INTERFACE_NAME_PREFIX: "detectLocal.interfaceNamePrefix",
+    }.get(detect)
+    if needed is not None and not values.get(needed):
+        from_file = origin["detectLocalMode"].startswith("--config")
+        wanted = needed if from_file else FIELDS[needed][0]
+        raise ConfigError(f"{origin['detectLocalMode']} {detect.value} needs {wanted}")
 
 
 def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
@@ -277,6 +326,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         raise ConfigError(
             f"{origin['detectLocalMode']} {values['detectLocalMode']!r} is not one of {known}"
         ) from None
+    _interface_for_mode(values, origin, detect)
     scheduler = values["ipvs.scheduler"]
     if scheduler not in SCHEDULERS:
         known = ", ".join(sorted(SCHEDULERS))
@@ -284,9 +334,19 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     periods = {}
     for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
         try:
-            periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
+            periods[path] = parse_duration(values[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+        if periods[path] < 0:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    # As kube-proxy's defaulting: a zero sync period means the default; a zero minimum stays.
+    periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
+        DEFAULTS["ipvs.syncPeriod"]
+    )
+    logging_format = values["logging.format"]
+    if logging_format not in LOGGING_FORMATS:
+        known = ", ".join(LOGGING_FORMATS)
+        raise ConfigError(f"{origin['logging.format']} {logging_format!r} is not one of {known}")
     raw_hostname = values.get("hostnameOverride", "")
     hostname = raw_hostname.strip().lower()
     if raw_hostname and not hostname:
@@ -311,11 +371,14 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname or socket.gethostname().lower(),
+        hostname=hostname
+        or os.environ.get("NODE_NAME", "").strip().lower()
+        or socket.gethostname().lower(),
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
         min_sync_period=periods["ipvs.minSyncPeriod"],
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
+        logging_format=logging_format,
     )

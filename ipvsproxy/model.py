@@ -133,6 +133,9 @@ class Service:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     resource_version: str = ""
+    # metadata.creationTimestamp (RFC 3339, UTC, so it orders as text); "" when unknown.
+    # Between two services claiming one address, the older keeps it.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,8 @@ class EndpointSlice:
     endpoints: tuple[Endpoint, ...] = ()
     ports: tuple[EndpointPort, ...] = ()
     resource_version: str = ""
+    # endpoints.kubernetes.io/last-change-trigger-time, seconds since the epoch.
+    trigger_time: float | None = None
 
     @property
     def service(self) -> ObjectKey:
@@ -182,6 +187,10 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # spec.podCIDRs, unparsed: --detect-local-mode=NodeCIDR tells local traffic by them.
     pod_cidrs: tuple[str, ...] = ()
+    # The keys of spec.taints, and whether metadata.deletionTimestamp is set: /healthz reports
+    # a node on its way out as not eligible, so load balancers stop sending to it.
+    taints: tuple[str, ...] = ()
+    deleting: bool = False
 
     @property
     def zone(self) -> str | None:
@@ -197,12 +206,23 @@ class ClusterSnapshot:
     node: Node | None = None
 
 
+class SkipReason(enum.StrEnum):
+    """Why something was skipped, as a metric label (``ipvsproxy_objects_skipped_total``)."""
+
+    INVALID = "invalid"
+    DUPLICATE = "duplicate"
+    ADDRESS_CONFLICT = "address_conflict"
+    UNUSABLE_ADDRESS = "unusable_address"
+    EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why one object, or one port of it, produced nothing. Logged and counted by callers."""
+    """Why one object, or one port or address of it, produced nothing. Logged and counted."""
 
     object: str
     reason: str
+    category: SkipReason = SkipReason.INVALID
 
 
 # ---------------------------------------------------------------------------------------------
@@ -583,3 +603,10 @@ class DesiredState:
         default_factory=lambda: MappingProxyType({})
     )
     rejections: tuple[Rejection, ...] = ()
+
+    def skipped_by_reason(self) -> dict[SkipReason, int]:
+        """How many things were skipped, by reason: every reason present, zeros included."""
+        counts = dict.fromkeys(SkipReason, 0)
+        for rejection in self.rejections:
+            counts[rejection.category] += 1
+        return counts
