@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,12 @@ def build_report(
         for size in sizes
         if figures[size]["once_first_sync_s"] is None
     ]
+    if any(figures[size].get("latency_changes") for size in sizes):
+        notes.append(
+            "latency: ipvsproxy run --source DIR; from a manifest file's write to IPVS holding the "
+            "change (the file source polls every 0.5 s and reads the whole folder again); "
+            "latency_changes says over how many changes"
+        )
     if any(figures[size]["latency_p50_ms"] is None for size in sizes):
         notes.append(f"latency_p50_ms, latency_p99_ms, peak_rss_mb: {DAEMON_MISSING}")
     return {
@@ -173,8 +180,14 @@ def _triple(figures: dict[str, Any]) -> str:
     )
 
 
-ROWS = (
-    ("virtual servers / real servers", lambda f: _pair(f["virtual_servers"], f["real_servers"])),
+def _change_latency(figures: dict[str, Any], kind: str) -> str:
+    latency = (figures.get("latency_by_change") or {}).get(kind) or {}
+    return _pair(latency.get("p50_ms"), latency.get("p99_ms"))
+
+
+Row = tuple[str, Callable[[dict[str, Any]], Any]]
+ROWS: tuple[Row, ...] = (
+    ("virtual / real servers", lambda f: _pair(f.get("virtual_servers"), f.get("real_servers"))),
     ("`sync --once` first sync, s (process start included)", lambda f: f["once_first_sync_s"]),
     ("`ipvsadm -R` + `ip -batch`, s", lambda f: _sum(f["ipvsadm_restore_s"], f["ip_batch_s"])),
     ("once_first_sync_ratio", lambda f: f["once_first_sync_ratio"]),
@@ -187,6 +200,10 @@ ROWS = (
     ("reconciler resync: wall s / CPU s / writes", _triple),
     ("translate + diff, CPU s (outside the lab)", lambda f: f["translate_diff_cpu_s"]),
     ("one-change latency p50 / p99, ms", lambda f: _pair(f["latency_p50_ms"], f["latency_p99_ms"])),
+    *(
+        (f"  {kind.replace('_', ' ')} p50 / p99, ms", partial(_change_latency, kind=kind))
+        for kind in ("service_added", "endpoint_changed", "service_deleted")
+    ),
     ("daemon peak RSS, MB", lambda f: f["peak_rss_mb"]),
 )  # fmt: skip
 
