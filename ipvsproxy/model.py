@@ -80,6 +80,10 @@ class TrafficPolicy(enum.StrEnum):
     LOCAL = "Local"
 
 
+# The two traffic policies a Service has, by the names kube-proxy's metrics label them with.
+TRAFFIC_POLICY_SCOPES = ("internal", "external")
+
+
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
@@ -482,5 +486,10 @@ class DesiredState:
     node_port_addresses: frozenset[IPAddress] = frozenset()
     health_check_node_ports: Mapping[ObjectKey, int] = field(
         default_factory=lambda: MappingProxyType({})
+    )
+    # Services with a Local traffic policy and endpoints, none of them on this node, by
+    # scope ("internal", "external"): kubeproxy_sync_proxy_rules_no_local_endpoints_total.
+    no_local_endpoints: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType(dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0))
     )
     rejections: tuple[Rejection, ...] = ()

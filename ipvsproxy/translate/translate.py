@@ -10,10 +10,12 @@ from types import MappingProxyType
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
+    TRAFFIC_POLICY_SCOPES,
     AddressKind,
     ClusterSnapshot,
     DesiredState,
     DesiredVirtualServer,
+    Endpoint,
     EndpointSlice,
     IPAddress,
     IPFamily,
@@ -35,8 +37,10 @@ from ipvsproxy.model import (
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
+    Candidates,
     choose_endpoints,
     find_candidates,
+    has_usable_endpoints,
 )
 from ipvsproxy.translate.ipsets import Firewall, build_ipsets
 from ipvsproxy.translate.iptables import build_iptables
@@ -83,6 +87,8 @@ class _ServiceState:
     hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
+    # Which Local traffic policies ("internal", "external") found endpoints, none on this node.
+    no_local_endpoints: set[str] = field(default_factory=set)
     rejections: list[Rejection] = field(default_factory=list)
 
 
@@ -181,12 +187,13 @@ def _service_state(
                 for real, ep in found.values()
                 if ep.node_name == node.name
             )
-        chosen: dict[tuple[IPFamily, bool], Mapping[RealServerKey, RealServer]] = {}
+        chosen: dict[tuple[IPFamily, bool, bool], Mapping[RealServerKey, RealServer]] = {}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            scope = (family, local_only)
+            internal = kind is AddressKind.CLUSTER_IP
+            scope = (family, local_only, local_only and internal)
             if scope not in chosen:
-                usable = choose_endpoints(candidates[family], node.name, local_only, node.zone)
+                usable = _usable_endpoints(candidates[family], node, local_only, internal, state)
                 chosen[scope] = MappingProxyType({real: RealServer(real) for real in usable})
             reals = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
@@ -209,6 +216,27 @@ def _service_state(
             )
             (state.nodes if on_node else state.bound).add(address)
     return state
+
+
+def _usable_endpoints(
+    candidates: Candidates,
+    node: NodeFacts,
+    local_only: bool,
+    internal: bool,
+    state: _ServiceState,
+) -> dict[RealServerKey, Endpoint]:
+    """The endpoints a virtual server gets; Local with none on this node falls back as kube-proxy.
+
+    kube-proxy's IPVS proxier (kubernetes#97081) gives an external virtual server the
+    cluster-wide endpoints when the policy is Local and none is on this node, so this node's
+    pods still reach the service through its NodePort, external or load-balancer IPs; outside
+    clients are kept away by the health-check node port. A Local cluster IP keeps none.
+    """
+    usable = choose_endpoints(candidates, node.name, local_only, node.zone)
+    if not local_only or usable or not has_usable_endpoints(candidates):
+        return usable
+    state.no_local_endpoints.add("internal" if internal else "external")
+    return usable if internal else choose_endpoints(candidates, node.name, False, node.zone)
 
 
 def _drop_node_ports_on_bound_addresses(merged: _ServiceState, rejections: list[Rejection]) -> None:
@@ -245,6 +273,7 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
     cache = AddressCache()
     merged = _ServiceState()
     health_checks: dict[ObjectKey, int] = {}
+    no_local_endpoints = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
     health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
@@ -270,6 +299,8 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         merged.bound |= found.bound
         merged.nodes |= found.nodes
         rejections += found.rejections
+        for scope in found.no_local_endpoints:
+            no_local_endpoints[scope] += 1
         if (
             service.type is ServiceType.LOAD_BALANCER
             and service.external_traffic_policy is TrafficPolicy.LOCAL
@@ -297,5 +328,6 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         iptables=build_iptables(settings, ipsets, no_node_access, node.pod_cidrs),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
+        no_local_endpoints=MappingProxyType(no_local_endpoints),
         rejections=tuple(rejections),
     )
