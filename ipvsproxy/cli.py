@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,13 +18,13 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
-from ipvsproxy.kernel.addresses import NetlinkAddresses
-from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.bundle import Kernel, real_kernel
 from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.preconditions import (
+    PreconditionError,
+    check_schedulers,
+    require_root,
+)
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
@@ -89,8 +91,18 @@ _PROXY_FLAGS = (
                  help="Set arp_ignore=1 and arp_announce=2."),
     click.option("--ipvs-exclude-cidrs", metavar="CIDRS",
                  help="Comma-separated CIDRs whose virtual servers are never touched."),
+    click.option("--ipvs-tcp-timeout", metavar="DURATION",
+                 help="Idle timeout of IPVS TCP connections, e.g. 900s [default: 0, the "
+                 "kernel's own]."),
+    click.option("--ipvs-tcpfin-timeout", metavar="DURATION",
+                 help="Timeout of IPVS TCP connections after a FIN [default: 0, the "
+                 "kernel's own]."),
+    click.option("--ipvs-udp-timeout", metavar="DURATION",
+                 help="Timeout of IPVS UDP flows [default: 0, the kernel's own]."),
     click.option("--masquerade-all", type=click.BOOL, is_flag=False, flag_value=True,
                  help="SNAT all traffic sent to Service cluster IPs."),
+    click.option("--iptables-masquerade-bit", type=int, metavar="BIT",
+                 help="The packet-mark bit (0-31) that asks for SNAT [default: 14]."),
     click.option("--cluster-cidr", metavar="CIDRS",
                  help="The pods' CIDR, or a comma-separated dual-stack pair."),
     click.option("--nodeport-addresses", metavar="CIDRS",
@@ -172,8 +184,10 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     if dry_run:
         _dry_run(desired, output)
         return
-    _check_preconditions(_schedulers(desired))
-    with real_kernel() as kernel:
+    _check(require_root)
+    with ExitStack() as stack:
+        kernel = _open_kernel(stack)
+        _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
         try:
             changed = ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp)
         except SysctlError as error:
@@ -189,14 +203,10 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     sys.exit(0 if result.ok else 1)
 
 
-def _schedulers(desired: DesiredState) -> set[str]:
-    return {wanted.server.scheduler for wanted in desired.virtual_servers.values()}
-
-
 def _dry_run(desired: DesiredState, output: str) -> None:
     """The plan against the kernel's state when it can be read, else against an empty one."""
     try:
-        check_ipvs(_schedulers(desired))
+        require_root()
         with real_kernel() as kernel:
             plan = Reconciler(kernel).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
@@ -216,9 +226,9 @@ def cleanup() -> None:
 
     Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
     """
-    _check_preconditions()
-    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
-        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    _check(require_root)
+    with real_kernel(ipvs_optional=True) as kernel:
+        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
     for line in report.removed:
         click.echo(line)
     for line in report.failed:
@@ -226,9 +236,17 @@ def cleanup() -> None:
     sys.exit(1 if report.failed else 0)
 
 
-def _check_preconditions(schedulers: Iterable[str] = ()) -> None:
+def _check(precondition: Callable[[], None]) -> None:
     try:
-        check_ipvs(schedulers)
+        precondition()
+    except PreconditionError as error:
+        _fail(str(error))
+
+
+def _open_kernel(stack: ExitStack) -> Kernel:
+    """The machine's kernel, closed with ``stack``; exit 2 when it has no IPVS."""
+    try:
+        return stack.enter_context(real_kernel())
     except PreconditionError as error:
         _fail(str(error))
 
@@ -243,9 +261,9 @@ def _service_filter(text: str | None) -> ObjectKey | None:
 
 
 def _kernel_ipvs_table() -> IPVSTable:
-    _check_preconditions()
-    with NetlinkIPVS() as ipvs:
-        return ipvs.dump()
+    _check(require_root)
+    with ExitStack() as stack:
+        return _open_kernel(stack).ipvs.dump()
 
 
 @main.command()

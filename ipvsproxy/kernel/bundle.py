@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
@@ -18,7 +18,8 @@ from ipvsproxy.kernel.interfaces import (
 )
 from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.ipvs import AbsentIPVS, FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.preconditions import IPVSUnavailable
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
 
 
@@ -50,12 +51,21 @@ class FakeKernel:
 
 
 @contextmanager
-def real_kernel() -> Iterator[Kernel]:
-    """The machine's kernel; its netlink sockets close when the block ends."""
-    with (
-        NetlinkIPVS() as ipvs,
-        NetlinkAddresses() as addresses,
-        NetlinkIPSets() as ipsets,
-        NetlinkConntrack() as conntrack,
-    ):
+def real_kernel(*, ipvs_optional: bool = False) -> Iterator[Kernel]:
+    """The machine's kernel; its netlink sockets close when the block ends.
+
+    IPVSUnavailable when the kernel has no IPVS, unless ``ipvs_optional``: then its IPVS is
+    an empty table (what cleanup needs, which still has sets, chains and kube-ipvs0 to remove).
+    """
+    with ExitStack() as stack:
+        ipvs: IPVSKernel
+        try:
+            ipvs = stack.enter_context(NetlinkIPVS())
+        except IPVSUnavailable:
+            if not ipvs_optional:
+                raise
+            ipvs = AbsentIPVS()
+        addresses = stack.enter_context(NetlinkAddresses())
+        ipsets = stack.enter_context(NetlinkIPSets())
+        conntrack = stack.enter_context(NetlinkConntrack())
         yield Kernel(ipvs, addresses, ipsets, IptablesRestore(), ProcSysctl(), conntrack)

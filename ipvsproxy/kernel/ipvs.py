@@ -12,11 +12,10 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyroute2 import IPVS
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
 from ipvsproxy.kernel.netlink import (
@@ -27,7 +26,9 @@ from ipvsproxy.kernel.netlink import (
     NLM_F_EXCL,
     BatchSocket,
     attribute,
+    generic_family_id,
 )
+from ipvsproxy.kernel.preconditions import IPVSUnavailable
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,
@@ -239,12 +240,13 @@ class NetlinkIPVS:
     """The kernel's IPVS table through the "IPVS" generic netlink family."""
 
     def __init__(self, batch_size: int = BATCH_SIZE) -> None:
-        resolver = IPVS()
-        try:
-            self._family_id: int = resolver.prid
-        finally:
-            resolver.close()
+        """IPVSUnavailable when the kernel has no IPVS family and cannot load ip_vs."""
         self._socket = BatchSocket(NETLINK_GENERIC, batch_size)
+        try:
+            self._family_id = generic_family_id(self._socket, genl_ipvs.GENL_NAME)
+        except OSError as error:
+            self._socket.close()
+            raise IPVSUnavailable(error.strerror or str(error)) from None
 
     def close(self) -> None:
         self._socket.close()
@@ -296,6 +298,16 @@ class NetlinkIPVS:
         return table
 
 
+class AbsentIPVS:
+    """The IPVS of a kernel that has none and cannot load it: nothing to read or remove."""
+
+    def dump(self) -> IPVSTable:
+        return {}
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        return [_refusal(errno.EPROTONOSUPPORT) for _ in ops]
+
+
 @dataclass
 class _FakeVirtualServer:
     server: VirtualServer
@@ -311,8 +323,10 @@ def _refusal(code: int) -> OpError:
 class FakeIPVS:
     """An in-memory IPVS table that refuses ops with the errnos the kernel uses."""
 
-    def __init__(self) -> None:
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
+        """``schedulers``: those the kernel has or can load a module for."""
         self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
+        self._schedulers = frozenset(schedulers)
 
     def dump(self) -> IPVSTable:
         return {
@@ -346,7 +360,7 @@ class FakeIPVS:
                     return _refusal(errno.EEXIST)
                 if isinstance(op, UpdateVirtualServer) and not exists:
                     return _refusal(errno.ESRCH)
-                if server.scheduler not in SCHEDULERS:
+                if server.scheduler not in self._schedulers:
                     return _refusal(errno.ENOENT)
                 stored = VirtualServer(
                     server.key, server.scheduler, server.flags & WRITABLE_FLAGS, server.timeout

@@ -1,19 +1,23 @@
-"""On the real kernel: IPVS with every scheduler passes the check, and IPVS sysctls take."""
+"""On the real kernel: every scheduler passes the probe without a trace, and IPVS sysctls take."""
 
 from __future__ import annotations
 
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.ipvs_sysctls import (
     ensure_ipvs_sysctls,
     parse_kernel_release,
     wanted_sysctls,
 )
-from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.kernel.preconditions import check_schedulers
 from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import SCHEDULERS
 
 
-def test_the_lab_kernel_offers_ipvs_and_every_scheduler() -> None:
-    check_ipvs(SCHEDULERS)
+def test_the_lab_kernel_accepts_every_scheduler_and_keeps_no_probe() -> None:
+    with NetlinkIPVS() as ipvs:
+        before = ipvs.dump()
+        check_schedulers(ipvs, SCHEDULERS)
+        assert ipvs.dump().keys() == before.keys()
 
 
 def test_ipvs_sysctls_are_written_and_read_back() -> None:

@@ -4,46 +4,63 @@ from pathlib import Path
 
 import pytest
 
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
-from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
-
-
-def machine(tmp_path: Path, *, ipvs: bool, schedulers: tuple[str, ...] = ()) -> dict[str, Path]:
-    (tmp_path / "proc" / "net").mkdir(parents=True)
-    if ipvs:
-        (tmp_path / "proc" / "net" / "ip_vs").write_text("")
-    for scheduler in schedulers:
-        (tmp_path / "module" / f"ip_vs_{scheduler}").mkdir(parents=True)
-    return {"proc": tmp_path / "proc", "modules": tmp_path / "module"}
-
-
-def test_a_machine_with_ipvs_and_the_scheduler_passes(tmp_path: Path) -> None:
-    check_ipvs(["rr"], euid=0, **machine(tmp_path, ipvs=True, schedulers=("rr",)))
-
-
-@pytest.mark.parametrize(
-    ("ipvs", "euid", "message"),
-    [
-        (True, 1000, "must run as root"),
-        (False, 0, "the ip_vs kernel module is not loaded; run modprobe ip_vs"),
-    ],
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.preconditions import (
+    PROBE_ADDRESS,
+    PROBE_PORTS,
+    PreconditionError,
+    check_schedulers,
+    require_root,
 )
-def test_each_lack_is_one_line(tmp_path: Path, ipvs: bool, euid: int, message: str) -> None:
-    with pytest.raises(PreconditionError, match=message) as raised:
-        check_ipvs(["rr"], euid=euid, **machine(tmp_path, ipvs=ipvs, schedulers=("rr",)))
+from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
+from ipvsproxy.model import AddVirtualServer, Protocol, VirtualServer, VirtualServerKey
+
+
+def probe_key(port: int) -> VirtualServerKey:
+    return VirtualServerKey(Protocol.TCP, PROBE_ADDRESS, port)
+
+
+def test_schedulers_the_kernel_accepts_pass_and_leave_no_trace() -> None:
+    ipvs = FakeIPVS()
+    check_schedulers(ipvs, ["rr", "wlc", "mh"])
+    assert ipvs.dump() == {}
+
+
+def test_a_refused_scheduler_is_one_line_naming_its_module() -> None:
+    ipvs = FakeIPVS(schedulers={"rr"})
+    with pytest.raises(PreconditionError) as raised:
+        check_schedulers(ipvs, ["rr", "wlc"])
+    assert str(raised.value) == (
+        "the kernel refuses IPVS scheduler 'wlc' (No such file or directory); load its module "
+        "(modprobe ip_vs_wlc) or choose another with --ipvs-scheduler"
+    )
+    assert ipvs.dump() == {}
+
+
+def test_a_virtual_server_on_the_probe_address_is_left_alone() -> None:
+    ipvs = FakeIPVS()
+    theirs = VirtualServer(probe_key(PROBE_PORTS[0]), "sh")
+    ipvs.apply([AddVirtualServer(theirs)])
+    check_schedulers(ipvs, ["wlc"])
+    assert {key: state.server for key, state in ipvs.dump().items()} == {theirs.key: theirs}
+
+
+def test_every_probe_port_taken_is_one_line() -> None:
+    ipvs = FakeIPVS()
+    ipvs.apply([AddVirtualServer(VirtualServer(probe_key(port), "rr")) for port in PROBE_PORTS])
+    with pytest.raises(PreconditionError, match="cannot test IPVS scheduler 'wlc'") as raised:
+        check_schedulers(ipvs, ["wlc"])
     assert "\n" not in str(raised.value)
+    assert len(ipvs.dump()) == len(PROBE_PORTS)
 
 
-def test_missing_schedulers_are_named(tmp_path: Path) -> None:
-    with pytest.raises(PreconditionError, match=r"run modprobe ip_vs_mh ip_vs_sh$"):
-        check_ipvs(["rr", "sh", "mh"], euid=0, **machine(tmp_path, ipvs=True, schedulers=("rr",)))
-
-
-def test_this_machine_without_ipvs_says_so_in_one_line() -> None:
-    if Path("/proc/net/ip_vs").exists():
-        pytest.skip("this kernel has IPVS")
-    with pytest.raises(PreconditionError, match="modprobe ip_vs"):
-        check_ipvs(euid=0)
+@pytest.mark.parametrize(("euid", "fails"), [(0, False), (1000, True)])
+def test_root_is_required(euid: int, fails: bool) -> None:
+    if fails:
+        with pytest.raises(PreconditionError, match="must run as root"):
+            require_root(euid)
+    else:
+        require_root(euid)
 
 
 @pytest.mark.parametrize("kind", ["proc", "fake"])
