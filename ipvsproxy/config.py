@@ -15,13 +15,13 @@ import ipaddress
 import re
 import socket
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
+from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
@@ -41,11 +41,15 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "healthzBindAddress": (None, "str"),
     "metricsBindAddress": (None, "str"),
     "iptables.masqueradeAll": ("--masquerade-all", "bool"),
+    "iptables.masqueradeBit": ("--iptables-masquerade-bit", "number"),
     "ipvs.scheduler": ("--ipvs-scheduler", "str"),
     "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
     "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
     "ipvs.syncPeriod": (None, "duration"),
     "ipvs.minSyncPeriod": (None, "duration"),
+    "ipvs.tcpTimeout": ("--ipvs-tcp-timeout", "duration"),
+    "ipvs.tcpFinTimeout": ("--ipvs-tcpfin-timeout", "duration"),
+    "ipvs.udpTimeout": ("--ipvs-udp-timeout", "duration"),
 }
 
 # kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
@@ -61,14 +65,10 @@ IGNORED_FIELDS = frozenset(
         "bindAddressHardFail",
         "enableProfiling",
         "showHiddenMetricsForVersion",
-        "iptables.masqueradeBit",
         "iptables.localhostNodePorts",
         "iptables.snatNodeInternalIP",
         "iptables.syncPeriod",
         "iptables.minSyncPeriod",
-        "ipvs.tcpTimeout",
-        "ipvs.tcpFinTimeout",
-        "ipvs.udpTimeout",
         "nftables",
         "winkernel",
         "oomScoreAdj",
@@ -79,6 +79,8 @@ IGNORED_FIELDS = frozenset(
     }
 )
 
+MASQUERADE_BIT_MAX = 31
+
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
 
@@ -86,6 +88,10 @@ DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
     "ipvs.syncPeriod": "30s",
     "ipvs.minSyncPeriod": "0s",
+    "ipvs.tcpTimeout": "0s",
+    "ipvs.tcpFinTimeout": "0s",
+    "ipvs.udpTimeout": "0s",
+    "iptables.masqueradeBit": 14,
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
@@ -110,6 +116,8 @@ class ProxyConfig:
     master: str = ""
     sync_period: float = 30.0  # seconds
     min_sync_period: float = 0.0
+    # IPVS connection timeouts to set; 0 leaves the kernel's own (as kube-proxy).
+    ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
 
@@ -172,8 +180,15 @@ def _nodeport_addresses(values: list[str], label: str) -> tuple[tuple[IPNetwork,
 
 
 def _check_type(path: str, value: Any, kind: str, label: str) -> Any:
-    expected: dict[str, type] = {"str": str, "duration": str, "bool": bool, "list": list}
-    if not isinstance(value, expected[kind]):
+    expected: dict[str, type] = {
+        "str": str,
+        "duration": str,
+        "bool": bool,
+        "list": list,
+        "number": int,
+    }
+    # YAML's true is a Python int too; a bit number is not a bool.
+    if not isinstance(value, expected[kind]) or (kind == "number" and isinstance(value, bool)):
         raise ConfigError(f"{label}: {path} must be a {kind}, not {value!r}")
     if isinstance(value, list) and not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{label}: {path} must be a list of strings, not {value!r}")
@@ -266,6 +281,23 @@ def resolve(
     return Resolved(_build(merged, origin, master), tuple(warnings))
 
 
+def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
+    """Whole seconds, as kube-proxy hands them to the kernel; negative ones are refused."""
+    seconds = {}
+    for path in ("ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout"):
+        try:
+            seconds[path] = parse_duration(values[path])
+        except ValueError:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+        if seconds[path] < 0:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: must be 0 or more")
+    return IPVSTimeouts(
+        tcp=int(seconds["ipvs.tcpTimeout"]),
+        tcp_fin=int(seconds["ipvs.tcpFinTimeout"]),
+        udp=int(seconds["ipvs.udpTimeout"]),
+    )
+
+
 def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
     mode = values.get("mode", "")
     if mode not in ("", "ipvs"):
@@ -287,6 +319,12 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+    masquerade_bit = values["iptables.masqueradeBit"]
+    if not 0 <= masquerade_bit <= MASQUERADE_BIT_MAX:
+        raise ConfigError(
+            f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
+            f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
+        )
     raw_hostname = values.get("hostnameOverride", "")
     hostname = raw_hostname.strip().lower()
     if raw_hostname and not hostname:
@@ -305,6 +343,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         bridge_interface=values.get("detectLocal.bridgeInterface", ""),
         interface_name_prefix=values.get("detectLocal.interfaceNamePrefix", ""),
         masquerade_all=bool(values.get("iptables.masqueradeAll", False)),
+        masquerade_bit=masquerade_bit,
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
         strict_arp=bool(values.get("ipvs.strictARP", False)),
@@ -316,6 +355,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
         min_sync_period=periods["ipvs.minSyncPeriod"],
+        ipvs_timeouts=_ipvs_timeouts(values, origin),
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
     )

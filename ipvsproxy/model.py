@@ -393,6 +393,15 @@ class OpError:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class IPVSTimeouts:
+    """The kernel's IPVS connection timeouts in seconds (ipvsadm --set); 0 leaves one as is."""
+
+    tcp: int = 0
+    tcp_fin: int = 0
+    udp: int = 0
+
+
 # One entry per submitted op, in order: None when it applied.
 BatchResult = list[OpError | None]
 
