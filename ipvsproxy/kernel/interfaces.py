@@ -19,6 +19,7 @@ from ipvsproxy.model import (
     IptablesRuleset,
     IPVSOp,
     IPVSTable,
+    IPVSTimeouts,
     RealServerKey,
     VirtualServerKey,
 )
@@ -34,6 +35,14 @@ class IPVSKernel(Protocol):
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         """Apply ops in order, batched; one result per op. A failed op never stops the rest."""
+        ...
+
+    def timeouts(self) -> IPVSTimeouts:
+        """The connection timeouts (TCP, TCP after FIN, UDP) in seconds."""
+        ...
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        """Set the non-zero timeouts and leave the others (ipvsadm --set); OSError if refused."""
         ...
 
 
