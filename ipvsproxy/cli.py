@@ -19,7 +19,6 @@ from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.bundle import Kernel, real_kernel
-from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
 from ipvsproxy.kernel.preconditions import (
     PreconditionError,
     check_schedulers,
@@ -27,7 +26,7 @@ from ipvsproxy.kernel.preconditions import (
 )
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
 from ipvsproxy.render import sync_plan_json, sync_plan_text, sync_result_json, sync_result_text
@@ -182,19 +181,13 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     config = _resolve_config(ctx)
     desired = _desired_state(ctx.params["source"], config)
     if dry_run:
-        _dry_run(desired, output)
+        _dry_run(desired, _reconciler_settings(config), output)
         return
     _check(require_root)
     with ExitStack() as stack:
         kernel = _open_kernel(stack)
         _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
-        try:
-            changed = ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp)
-        except SysctlError as error:
-            _fail(str(error))
-        for change in changed:
-            click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
-        result = Reconciler(kernel).sync(desired)
+        result = Reconciler(kernel, _reconciler_settings(config)).sync(desired)
     if output == "json":
         click.echo(sync_result_json(result, desired))
     else:
@@ -203,15 +196,26 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     sys.exit(0 if result.ok else 1)
 
 
-def _dry_run(desired: DesiredState, output: str) -> None:
+def _reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
+    return ReconcilerSettings(
+        strict_arp=config.settings.strict_arp, ipvs_timeouts=config.ipvs_timeouts
+    )
+
+
+def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -> None:
     """The plan against the kernel's state when it can be read, else against an empty one."""
     try:
         require_root()
         with real_kernel() as kernel:
-            plan = Reconciler(kernel).plan(desired)
+            plan = Reconciler(kernel, settings).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
     except PreconditionError as error:
-        plan = plan_sync(desired, EMPTY_KERNEL)
+        plan = plan_sync(
+            desired,
+            EMPTY_KERNEL,
+            strict_arp=settings.strict_arp,
+            timeouts=settings.ipvs_timeouts,
+        )
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
     if output == "json":
         click.echo(sync_plan_json(plan, desired))

@@ -402,6 +402,20 @@ class IPVSTimeouts:
     udp: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class SetIPVSTimeouts:
+    timeouts: IPVSTimeouts
+
+
+@dataclass(frozen=True, slots=True)
+class SetSysctl:
+    """Set a kernel parameter kube-proxy's IPVS mode needs; ``current``: its value before."""
+
+    name: str
+    value: str
+    current: str | None
+
+
 # One entry per submitted op, in order: None when it applied.
 BatchResult = list[OpError | None]
 

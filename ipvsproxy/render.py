@@ -119,7 +119,8 @@ def _listed(items: Sequence[object], limit: int = 5) -> str:
 
 
 def _summary_lines(plan: SyncPlan) -> list[str]:
-    lines: list[str] = []
+    parameters: list[PlanOp] = [*plan.sysctls, *plan.timeouts]
+    lines = [f"~ {describe(op)}" for op in parameters]
     if plan.create_interface:
         lines.append(f"+ interface {plan.interface}")
     if plan.bind:

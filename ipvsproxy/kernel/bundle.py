@@ -20,7 +20,7 @@ from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.ipvs import AbsentIPVS, FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.preconditions import IPVSUnavailable
-from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
+from ipvsproxy.kernel.sysctl import FRESH_KERNEL_SYSCTLS, FakeSysctl, ProcSysctl
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class FakeKernel:
         self.addresses = FakeAddresses()
         self.ipsets = FakeIPSets()
         self.iptables = FakeIptables(lambda: self.ipsets.list_sets().keys())
-        self.sysctl = FakeSysctl()
+        self.sysctl = FakeSysctl(FRESH_KERNEL_SYSCTLS)
         self.conntrack = FakeConntrack()
 
     def kernel(self) -> Kernel:

@@ -136,6 +136,8 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
     virtual server on it could not be deleted (it would stop being ours, and leak).
     """
     run = _Applier(kernel)
+    for sysctl in plan.sysctls:
+        run.call(sysctl, partial(kernel.sysctl.set, sysctl.name, sysctl.value))
     if plan.create_interface:
         run.call(
             EnsureInterface(plan.interface),
@@ -147,6 +149,8 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
         run.ipset(op)
     for ruleset in plan.iptables:
         run.call(RestoreIptables(ruleset), partial(kernel.iptables.restore, ruleset))
+    for timeouts in plan.timeouts:
+        run.call(timeouts, partial(kernel.ipvs.set_timeouts, timeouts.timeouts))
     run.ipvs(plan.ipvs.changes)
     _remove(run, plan)
     _flush_deleted(run, plan)

@@ -20,6 +20,8 @@ from ipvsproxy.model import (
     IPAddress,
     IPFamily,
     IptablesRuleset,
+    SetIPVSTimeouts,
+    SetSysctl,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
@@ -47,6 +49,8 @@ class AppliedRecord:
     ipsets: frozenset[str] = frozenset()
     ipset_entries: frozenset[tuple[str, str]] = frozenset()
     iptables: frozenset[IPFamily] = frozenset()
+    sysctls: frozenset[str] = frozenset()
+    timeouts_failed: bool = False
 
 
 def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRecord:
@@ -58,6 +62,8 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
     ipsets: set[str] = set()
     entries: set[tuple[str, str]] = set()
     iptables: set[IPFamily] = set()
+    sysctls: set[str] = set()
+    timeouts_failed = False
     for op in failed:
         match op:
             case EnsureInterface():
@@ -74,6 +80,10 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
                 entries.update((name, e) for e in failed_entries)
             case RestoreIptables(ruleset):
                 iptables.add(ruleset.family)
+            case SetSysctl(name):
+                sysctls.add(name)
+            case SetIPVSTimeouts():
+                timeouts_failed = True
     return AppliedRecord(
         desired,
         interface_failed,
@@ -83,6 +93,8 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
         frozenset(ipsets),
         frozenset(entries),
         frozenset(iptables),
+        frozenset(sysctls),
+        timeouts_failed,
     )
 
 
@@ -134,4 +146,9 @@ def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
                     _ruleset(before, ruleset.family) == ruleset
                     and ruleset.family not in record.iptables
                 )
+            # The wanted parameters never change within a process: any repeat is a repair.
+            case SetSysctl(name):
+                drift["sysctl"] += name not in record.sysctls
+            case SetIPVSTimeouts():
+                drift["ipvs_timeouts"] += not record.timeouts_failed
     return +drift

@@ -14,6 +14,8 @@ from ipvsproxy.model import (
     IptablesRuleset,
     IPVSOp,
     RealServerKey,
+    SetIPVSTimeouts,
+    SetSysctl,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
@@ -73,7 +75,16 @@ class FlushConntrack:
     real: RealServerKey
 
 
-PlanOp = EnsureInterface | AddressOp | IPSetOp | RestoreIptables | IPVSOp | FlushConntrack
+PlanOp = (
+    SetSysctl
+    | EnsureInterface
+    | AddressOp
+    | IPSetOp
+    | RestoreIptables
+    | SetIPVSTimeouts
+    | IPVSOp
+    | FlushConntrack
+)
 
 
 def virtual_of(op: IPVSOp) -> VirtualServerKey:

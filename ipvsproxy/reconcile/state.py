@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.kernel.bundle import Kernel
-from ipvsproxy.model import IPAddress, IPSetContent, IPVSTable
+from ipvsproxy.model import IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
+from ipvsproxy.reconcile import parameters
 from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 
 
@@ -18,6 +19,9 @@ class KernelState:
     # Addresses bound on the dummy interface.
     bound_addresses: frozenset[IPAddress] = frozenset()
     ipsets: Mapping[str, IPSetContent] = field(default_factory=lambda: MappingProxyType({}))
+    # The kernel parameters planning reads (parameters.READ); None for one that is absent.
+    sysctls: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
 
 
 EMPTY_KERNEL = KernelState()
@@ -29,4 +33,6 @@ def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
         ipsets=kernel.ipsets.list_sets(),
+        sysctls=MappingProxyType({name: kernel.sysctl.get(name) for name in parameters.READ}),
+        ipvs_timeouts=kernel.ipvs.timeouts(),
     )

@@ -77,9 +77,16 @@ def test_dry_run_prints_the_example_plan_against_an_empty_table(
         "    + 10.244.1.7:53 masquerade weight 1",
     ]
     assert lines[-1] == (
-        "71 operations: 8 AddIPSetEntries, 14 AddRealServer, 8 AddVirtualServer, "
-        "4 BindAddress, 34 CreateIPSet, 1 EnsureInterface, 2 RestoreIptables"
+        "75 operations: 8 AddIPSetEntries, 14 AddRealServer, 8 AddVirtualServer, "
+        "4 BindAddress, 34 CreateIPSet, 1 EnsureInterface, 2 RestoreIptables, 4 SetSysctl"
     )
+    # kube-proxy's sysctls are part of the plan (the empty kernel state has none of them).
+    assert lines[1:5] == [
+        "~ set sysctl net.ipv4.vs.conntrack (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_nodest_conn (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_quiescent_template (absent) -> 1",
+        "~ set sysctl net.ipv4.ip_forward (absent) -> 1",
+    ]
 
 
 def test_json_output_counts_the_same_operations() -> None:
@@ -95,6 +102,7 @@ def test_json_output_counts_the_same_operations() -> None:
         "CreateIPSet": 34,
         "EnsureInterface": 1,
         "RestoreIptables": 2,
+        "SetSysctl": 4,
     }
 
 

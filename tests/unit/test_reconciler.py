@@ -75,7 +75,8 @@ def test_first_sync_builds_everything_and_a_second_writes_nothing(
     first = proxy.sync(state)
     second = proxy.sync(state)
 
-    assert first.ok and first.writes == 1 + 1 + 2 + 3  # kube-ipvs0, VIP, 2 services, 3 reals
+    # kube-proxy's 4 sysctls, kube-ipvs0, VIP, 2 services, 3 reals
+    assert first.ok and first.writes == 4 + 1 + 1 + 2 + 3
     assert set(fake.ipvs.dump()) == {TCP_VS, UDP_VS}
     assert fake.addresses.addresses(DUMMY_INTERFACE) == {VIP}
     assert second.ok and second.writes == 0 and second.plan.changes() == ()
