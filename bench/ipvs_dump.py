@@ -20,9 +20,9 @@ from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
     IPVSOp,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -32,7 +32,7 @@ FLUSHED_ENDPOINTS = 500
 FLOWS_PER_ENDPOINT = 4
 
 
-def _key(index: int, protocol: Protocol = Protocol.TCP) -> VirtualServerKey:
+def _key(index: int, protocol: TransportProtocol = TransportProtocol.TCP) -> VirtualServerKey:
     address = ipaddress.ip_address(f"10.97.{index // 250}.{index % 250 + 1}")
     return VirtualServerKey(protocol, address, 80)
 
@@ -83,7 +83,7 @@ def _dump_figures() -> None:
 def _flows() -> list[Flow]:
     return [
         Flow(
-            service=_key(index, Protocol.UDP),
+            service=_key(index, TransportProtocol.UDP),
             endpoint=_endpoint(index),
             client=ipaddress.ip_address("10.244.200.1"),
             client_port=10000 + flow,
@@ -95,7 +95,9 @@ def _flows() -> list[Flow]:
 
 def _conntrack_figures() -> None:
     flows = _flows()
-    targets = [(_key(index, Protocol.UDP), _endpoint(index)) for index in range(FLUSHED_ENDPOINTS)]
+    targets = [
+        (_key(index, TransportProtocol.UDP), _endpoint(index)) for index in range(FLUSHED_ENDPOINTS)
+    ]
     with NetlinkConntrack() as conntrack:
         for flow in flows:
             conntrack.add_flow(flow)

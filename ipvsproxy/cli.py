@@ -18,12 +18,10 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
-from ipvsproxy.kernel.bundle import Kernel, real_kernel
-from ipvsproxy.kernel.preconditions import (
-    PreconditionError,
-    check_schedulers,
-    require_root,
-)
+from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.preconditions import check_schedulers, require_root
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings

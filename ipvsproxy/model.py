@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,10 +27,23 @@ def address_sort_key(address: IPAddress) -> tuple[int, int]:
     return (address.version, int(address))
 
 
-class Protocol(enum.StrEnum):
+class TransportProtocol(enum.StrEnum):
     TCP = "TCP"
     UDP = "UDP"
     SCTP = "SCTP"
+
+
+# The IP protocol numbers by which IPVS, conntrack, ipsets and iptables-save know them.
+IP_PROTOCOL_NUMBERS: Mapping[TransportProtocol, int] = MappingProxyType(
+    {
+        TransportProtocol.TCP: socket.IPPROTO_TCP,
+        TransportProtocol.UDP: socket.IPPROTO_UDP,
+        TransportProtocol.SCTP: socket.IPPROTO_SCTP,
+    }
+)
+PROTOCOLS_BY_NUMBER: Mapping[int, TransportProtocol] = MappingProxyType(
+    {number: protocol for protocol, number in IP_PROTOCOL_NUMBERS.items()}
+)
 
 
 class IPFamily(enum.StrEnum):
@@ -61,7 +75,7 @@ class ServicePortName:
 
     service: ObjectKey
     port_name: str
-    protocol: Protocol
+    protocol: TransportProtocol
 
     def __str__(self) -> str:
         suffix = f":{self.port_name}" if self.port_name else ""
@@ -87,7 +101,7 @@ TRAFFIC_POLICY_SCOPES = ("internal", "external")
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
-    protocol: Protocol
+    protocol: TransportProtocol
     port: int
     target_port: int | str | None = None
     node_port: int | None = None
@@ -148,7 +162,7 @@ class Endpoint:
 class EndpointPort:
     name: str
     port: int | None
-    protocol: Protocol
+    protocol: TransportProtocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +243,7 @@ SCHEDULERS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class VirtualServerKey:
-    protocol: Protocol
+    protocol: TransportProtocol
     address: IPAddress
     port: int
 
@@ -325,6 +339,61 @@ class IPSetContent:
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel values: iptables
+# ---------------------------------------------------------------------------------------------
+
+
+# The dummy interface kube-proxy's IPVS mode binds service addresses to.
+DUMMY_INTERFACE = "kube-ipvs0"
+
+# The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
+# same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
+IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nat": (
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        ),
+        "filter": (
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+            "KUBE-IPVS-FILTER",
+            "KUBE-IPVS-OUT-FILTER",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesJump:
+    """A rule in a built-in chain that sends packets into one of our chains."""
+
+    table: str
+    chain: str
+    target: str
+    comment: str
+    match: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesRuleset:
+    """Our chains and their rules for one family, written whole by one iptables-restore.
+
+    ``chains`` maps table -> chain -> rule arguments (each rule without ``-A CHAIN``).
+    """
+
+    family: IPFamily
+    chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
+    jumps: tuple[IptablesJump, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
 # Operations: what reconcile plans and kernel applies, one by one or batched
 # ---------------------------------------------------------------------------------------------
 
@@ -372,6 +441,18 @@ IPVSOp = (
 )
 
 
+def virtual_of(op: IPVSOp) -> VirtualServerKey:
+    """The virtual server an IPVS op writes, or whose real server it writes."""
+    match op:
+        case AddVirtualServer(server) | UpdateVirtualServer(server):
+            return server.key
+        case DeleteVirtualServer(key):
+            return key
+        case AddRealServer(virtual) | UpdateRealServer(virtual) | DeleteRealServer(virtual):
+            return virtual
+    raise TypeError(f"not an IPVS op: {op!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class BindAddress:
     address: IPAddress
@@ -391,6 +472,10 @@ class OpError:
 
     errno: int
     message: str
+
+
+# One entry per submitted op, in order: None when it applied.
+BatchResult = list[OpError | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,60 +501,67 @@ class SetSysctl:
     current: str | None
 
 
-# One entry per submitted op, in order: None when it applied.
-BatchResult = list[OpError | None]
+@dataclass(frozen=True, slots=True)
+class RealServerRef:
+    """One real server of one virtual server: the unit graceful termination works on."""
+
+    virtual: VirtualServerKey
+    real: RealServerKey
+
+    def __str__(self) -> str:
+        return f"{self.real} on {self.virtual}"
 
 
-# ---------------------------------------------------------------------------------------------
-# Kernel values: iptables
-# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EnsureInterface:
+    name: str
 
 
-# The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
-# same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
-# KUBE-KUBELET-CANARY, iptables mode's KUBE-SVC-*) are not ours.
-IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "nat": (
-            "KUBE-SERVICES",
-            "KUBE-POSTROUTING",
-            "KUBE-NODE-PORT",
-            "KUBE-LOAD-BALANCER",
-            "KUBE-MARK-MASQ",
-        ),
-        "filter": (
-            "KUBE-FORWARD",
-            "KUBE-NODE-PORT",
-            "KUBE-PROXY-FIREWALL",
-            "KUBE-SOURCE-RANGES-FIREWALL",
-            "KUBE-IPVS-FILTER",
-            "KUBE-IPVS-OUT-FILTER",
-        ),
-    }
+@dataclass(frozen=True, slots=True)
+class CreateIPSet:
+    spec: IPSetSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AddIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreIptables:
+    """Written only when the kernel's chains differ; the kernel layer decides."""
+
+    ruleset: IptablesRuleset
+
+
+@dataclass(frozen=True, slots=True)
+class FlushConntrack:
+    """Forget the flows to ``virtual`` NATed to ``real``, so UDP/SCTP clients pick a live one."""
+
+    virtual: VirtualServerKey
+    real: RealServerKey
+
+
+PlanOp = (
+    SetSysctl
+    | EnsureInterface
+    | AddressOp
+    | IPSetOp
+    | RestoreIptables
+    | SetIPVSTimeouts
+    | IPVSOp
+    | FlushConntrack
 )
-
-
-@dataclass(frozen=True, slots=True)
-class IptablesJump:
-    """A rule in a built-in chain that sends packets into one of our chains."""
-
-    table: str
-    chain: str
-    target: str
-    comment: str
-    match: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class IptablesRuleset:
-    """Our chains and their rules for one family, written whole by one iptables-restore.
-
-    ``chains`` maps table -> chain -> rule arguments (each rule without ``-A CHAIN``).
-    """
-
-    family: IPFamily
-    chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
-    jumps: tuple[IptablesJump, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,28 +10,26 @@ import json
 from collections.abc import Sequence
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
     IPVSOp,
+    PlanOp,
     RealServer,
+    RealServerRef,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
     VirtualServerKey,
+    virtual_of,
 )
 from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.graceful import Drain
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    PlanOp,
-    RealServerRef,
-    virtual_of,
-)
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
 

@@ -21,12 +21,12 @@ from ipvsproxy.model import (
     LoadBalancerIngress,
     Node,
     ObjectKey,
-    Protocol,
     Rejection,
     Service,
     ServicePort,
     ServiceType,
     TrafficPolicy,
+    TransportProtocol,
 )
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
@@ -34,7 +34,7 @@ MAX_AFFINITY_TIMEOUT = 86400
 MISSING_NODE = (
     "not found (check --hostname-override): NodePorts, Local traffic policy and zone hints need it"
 )
-_PROTOCOLS = {p.value: p for p in Protocol}
+_PROTOCOLS = {p.value: p for p in TransportProtocol}
 _SERVICE_TYPES = {t.value: t for t in ServiceType}
 
 
@@ -103,7 +103,7 @@ def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _protocol(value: Any, what: str) -> Protocol:
+def _protocol(value: Any, what: str) -> TransportProtocol:
     name = _str(value, what, default="TCP")
     try:
         return _PROTOCOLS[name]
@@ -156,7 +156,7 @@ def _service_ports(raw: Any, label: str, rejections: list[Rejection]) -> tuple[S
     """Each bad or conflicting port is dropped on its own; the service keeps the rest."""
     ports: list[ServicePort] = []
     seen_names: set[str] = set()
-    seen_numbers: set[tuple[Protocol, int]] = set()
+    seen_numbers: set[tuple[TransportProtocol, int]] = set()
     for index, item in enumerate(_list(raw, "spec.ports")):
         try:
             port = _service_port(item, index)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
+from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NETLINK_GENERIC,
@@ -31,8 +32,9 @@ from ipvsproxy.kernel.netlink import (
     attributes,
     generic_family_id,
 )
-from ipvsproxy.kernel.preconditions import IPVSUnavailable
 from ipvsproxy.model import (
+    IP_PROTOCOL_NUMBERS,
+    PROTOCOLS_BY_NUMBER,
     SCHEDULERS,
     AddRealServer,
     AddVirtualServer,
@@ -45,7 +47,6 @@ from ipvsproxy.model import (
     IPVSTable,
     IPVSTimeouts,
     OpError,
-    Protocol,
     RealServer,
     RealServerKey,
     RealServerState,
@@ -58,12 +59,6 @@ from ipvsproxy.model import (
     VirtualServerState,
 )
 
-IP_PROTOCOLS = {
-    Protocol.TCP: socket.IPPROTO_TCP,
-    Protocol.UDP: socket.IPPROTO_UDP,
-    Protocol.SCTP: socket.IPPROTO_SCTP,
-}
-PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
 WRITABLE_FLAGS = ~ServiceFlags.HASHED & 0xFFFF
 # What a fresh kernel has (ipvsadm -L --timeout: 900 120 300).
 KERNEL_DEFAULT_TIMEOUTS = IPVSTimeouts(tcp=900, tcp_fin=120, udp=300)
@@ -77,7 +72,7 @@ def _family(address: IPAddress) -> int:
 def _service_key_attrs(key: VirtualServerKey) -> list[tuple[str, Any]]:
     return [
         ("IPVS_SVC_ATTR_AF", _family(key.address)),
-        ("IPVS_SVC_ATTR_PROTOCOL", IP_PROTOCOLS[key.protocol]),
+        ("IPVS_SVC_ATTR_PROTOCOL", IP_PROTOCOL_NUMBERS[key.protocol]),
         ("IPVS_SVC_ATTR_ADDR", str(key.address)),
         ("IPVS_SVC_ATTR_PORT", key.port),
     ]

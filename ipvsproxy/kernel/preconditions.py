@@ -13,11 +13,12 @@ import ipaddress
 import os
 from collections.abc import Iterable
 
-from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.protocols import IPVSKernel
 from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
-    Protocol,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -26,20 +27,6 @@ from ipvsproxy.model import (
 PROBE_ADDRESS = ipaddress.IPv4Address("198.18.0.1")
 # Ports tried in turn should a virtual server already sit on the first (it is never touched).
 PROBE_PORTS = (20000, 20001, 20002, 20003)
-
-
-class PreconditionError(Exception):
-    """The machine cannot run ipvsproxy; the message says what to do, in one line."""
-
-
-class IPVSUnavailable(PreconditionError):
-    """The kernel has no IPVS and cannot load it."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(
-            f"the kernel offers no IPVS ({reason}); load the ip_vs module (modprobe ip_vs) "
-            "or run a kernel built with CONFIG_IP_VS"
-        )
 
 
 def require_root(euid: int | None = None) -> None:
@@ -57,7 +44,9 @@ def check_schedulers(ipvs: IPVSKernel, schedulers: Iterable[str]) -> None:
 
 def _probe(ipvs: IPVSKernel, scheduler: str) -> None:
     for port in PROBE_PORTS:
-        probe = VirtualServer(VirtualServerKey(Protocol.TCP, PROBE_ADDRESS, port), scheduler)
+        probe = VirtualServer(
+            VirtualServerKey(TransportProtocol.TCP, PROBE_ADDRESS, port), scheduler
+        )
         (refused,) = ipvs.apply([AddVirtualServer(probe)])
         if refused is None:
             ipvs.apply([DeleteVirtualServer(probe.key)])

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
+    EnsureInterface,
+    FlushConntrack,
     IPVSTimeouts,
+    PlanOp,
+    RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
     UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
-)
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    EnsureInterface,
-    FlushConntrack,
-    PlanOp,
-    RestoreIptables,
 )
 
 

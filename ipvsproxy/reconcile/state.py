@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ipvsproxy.kernel.bundle import Kernel
-from ipvsproxy.model import IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
 from ipvsproxy.reconcile import parameters
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 
 
 @dataclass(frozen=True, slots=True)

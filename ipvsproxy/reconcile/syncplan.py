@@ -7,10 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     BindAddress,
     DesiredState,
+    EnsureInterface,
+    IPSetOp,
     IptablesRuleset,
     IPVSTimeouts,
+    PlanOp,
+    RealServerRef,
+    RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
     UnbindAddress,
@@ -18,16 +24,8 @@ from ipvsproxy.model import (
 from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
-from ipvsproxy.reconcile.operations import (
-    DUMMY_INTERFACE,
-    EnsureInterface,
-    IPSetOp,
-    PlanOp,
-    RealServerRef,
-    RestoreIptables,
-)
+from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.parameters import plan_sysctls, plan_timeouts
-from ipvsproxy.reconcile.plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.state import KernelState
 
 UNSET_TIMEOUTS = IPVSTimeouts()

@@ -21,7 +21,6 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -30,6 +29,7 @@ from ipvsproxy.model import (
     ServicePortName,
     ServiceType,
     TrafficPolicy,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
     address_sort_key,
@@ -84,7 +84,7 @@ class _ServiceState:
     bound: set[IPAddress] = field(default_factory=set)
     nodes: set[IPAddress] = field(default_factory=set)
     # Endpoints on this node, with the port's protocol, for the hairpin set.
-    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     # Which Local traffic policies ("internal", "external") found endpoints, none on this node.

@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import IPFamily
 from ipvsproxy.reconcile.parameters import KERNEL_RELEASE, READ

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
 from ipvsproxy.kernel.bundle import FakeKernel, Kernel
+from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.ipvs import FakeIPVS
-from ipvsproxy.kernel.preconditions import IPVSUnavailable
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 

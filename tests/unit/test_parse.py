@@ -12,7 +12,13 @@ from ipvsproxy.cluster.parse import (
     parse_service,
     snapshot_from_objects,
 )
-from ipvsproxy.model import EndpointConditions, ObjectKey, Protocol, ServiceType, TrafficPolicy
+from ipvsproxy.model import (
+    EndpointConditions,
+    ObjectKey,
+    ServiceType,
+    TrafficPolicy,
+    TransportProtocol,
+)
 
 
 def service(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -38,7 +44,7 @@ def test_service_fields_are_read_from_camel_case() -> None:
     assert parsed.key == ObjectKey("ns", "s")
     assert parsed.type is ServiceType.LOAD_BALANCER
     assert parsed.cluster_ips == ("10.0.0.1", "fd00::1")
-    assert parsed.ports[0].protocol is Protocol.TCP
+    assert parsed.ports[0].protocol is TransportProtocol.TCP
     assert parsed.ports[0].node_port == 30080
     assert parsed.ports[0].target_port == "web"
     assert parsed.session_affinity_timeout == 10800
@@ -142,7 +148,7 @@ def test_endpoint_without_addresses_is_dropped() -> None:
     assert parsed.service == ObjectKey("ns", "s")
     assert len(parsed.endpoints) == 1
     assert parsed.endpoints[0].hints_for_zones == ("z1",)
-    assert parsed.ports[0].protocol is Protocol.UDP
+    assert parsed.ports[0].protocol is TransportProtocol.UDP
     assert "no addresses" in rejections[0].reason
 
 

@@ -13,11 +13,11 @@ from ipvsproxy.kernel.preconditions import (
     require_root,
 )
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
-from ipvsproxy.model import AddVirtualServer, Protocol, VirtualServer, VirtualServerKey
+from ipvsproxy.model import AddVirtualServer, TransportProtocol, VirtualServer, VirtualServerKey
 
 
 def probe_key(port: int) -> VirtualServerKey:
-    return VirtualServerKey(Protocol.TCP, PROBE_ADDRESS, port)
+    return VirtualServerKey(TransportProtocol.TCP, PROBE_ADDRESS, port)
 
 
 def test_schedulers_the_kernel_accepts_pass_and_leave_no_trace() -> None:

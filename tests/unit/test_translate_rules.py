@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.model import AddressKind, DesiredState, Protocol, ServiceFlags, VirtualServerKey
+from ipvsproxy.model import (
+    AddressKind,
+    DesiredState,
+    ServiceFlags,
+    TransportProtocol,
+    VirtualServerKey,
+)
 from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
@@ -22,7 +28,7 @@ NODE = {
 
 
 def vs(protocol: str, address: str, port: int) -> VirtualServerKey:
-    return VirtualServerKey(Protocol(protocol), ipaddress.ip_address(address), port)
+    return VirtualServerKey(TransportProtocol(protocol), ipaddress.ip_address(address), port)
 
 
 def reals(state: DesiredState, key: VirtualServerKey) -> set[str]:
