@@ -1,9 +1,10 @@
 """Read back 5,000 virtual servers x 2 real servers, and delete conntrack flows, timed.
 
-Run it inside a lab boot only, since it programs the kernel:
-``python -m tests.lab --run python bench/ipvs_dump.py``. A figure, not a pass/fail check:
-wall and CPU seconds of ``NetlinkIPVS.dump()`` beside ``ipvsadm -Sn`` in the same boot, and
-of deleting the conntrack flows of many endpoints.
+Run it inside a lab boot only, since it programs the kernel, from the repository root (it
+seeds flows with the lab's conntrack helper):
+``python -m tests.lab --run env PYTHONPATH=. python bench/ipvs_dump.py``. A figure, not a
+pass/fail check: wall and CPU seconds of ``NetlinkIPVS.dump()`` beside ``ipvsadm -Sn`` in
+the same boot, and of deleting the conntrack flows of many endpoints in one call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from ipvsproxy.kernel.conntrack import Flow, NetlinkConntrack
+from ipvsproxy.kernel.conntrack import Flow
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import (
     AddRealServer,
@@ -26,6 +27,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from tests.lab.conntrack import SeededConntrack
 
 SERVICES = 5000
 FLUSHED_ENDPOINTS = 500
@@ -98,10 +100,10 @@ def _conntrack_figures() -> None:
     targets = [
         (_key(index, TransportProtocol.UDP), _endpoint(index)) for index in range(FLUSHED_ENDPOINTS)
     ]
-    with NetlinkConntrack() as conntrack:
+    with SeededConntrack() as conntrack:
         for flow in flows:
             conntrack.add_flow(flow)
-        timed = _timed(lambda: [conntrack.delete_entries(k.protocol, k, e) for k, e in targets])
+        timed = _timed(lambda: conntrack.delete_entries(targets))
         assert not conntrack.flows(), "flows were left"
     _report(f"conntrack: {len(flows)} flows of {len(targets)} endpoints deleted", timed)
 

@@ -21,8 +21,8 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     IPVSTimeouts,
+    OpError,
     RealServerKey,
-    TransportProtocol,
     VirtualServerKey,
 )
 
@@ -105,9 +105,13 @@ class SysctlKernel(Protocol):
 
 class ConntrackKernel(Protocol):
     def delete_entries(
-        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
-    ) -> int:
-        """Delete flows to ``service`` that were NATed to ``endpoint``; return how many."""
+        self, targets: Sequence[tuple[VirtualServerKey, RealServerKey]]
+    ) -> list[int | OpError]:
+        """Delete the flows to each service (protocol, address, port) NATed to its endpoint.
+
+        The deletes go out batched; per target, how many flows went, or the kernel's refusal.
+        OSError when the flows cannot be read at all.
+        """
         ...
 
 

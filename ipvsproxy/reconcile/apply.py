@@ -167,12 +167,20 @@ def _remove(run: _Applier, plan: SyncPlan) -> None:
 def _flush_deleted(run: _Applier, plan: SyncPlan) -> None:
     """Forget flows only to real servers that are really gone; new flows could not reach them."""
     deleted = {op for op in run.applied if isinstance(op, DeleteRealServer | DeleteVirtualServer)}
+    flushes: list[FlushConntrack] = []
     for flush in plan.ipvs.flushes:
         gone = DeleteRealServer(flush.virtual, flush.real) in deleted
         if gone or DeleteVirtualServer(flush.virtual) in deleted:
-            run.call(flush, partial(_flush, run.kernel, flush))
+            flushes.append(flush)
         else:
             run.held_back.append(flush)
+    if not flushes:
+        return
+    try:
+        results = run.kernel.conntrack.delete_entries([(f.virtual, f.real) for f in flushes])
+    except KERNEL_ERRORS as error:
+        results = [refusal(error)] * len(flushes)
+    run.batch(flushes, [result if isinstance(result, OpError) else None for result in results])
 
 
 def _unbind(run: _Applier, plan: SyncPlan) -> None:
@@ -181,7 +189,3 @@ def _unbind(run: _Applier, plan: SyncPlan) -> None:
     unbind = [op for op in plan.unbind if op.address not in kept]
     if unbind:
         run.batch(unbind, run.kernel.addresses.apply(plan.interface, unbind))
-
-
-def _flush(kernel: Kernel, flush: FlushConntrack) -> int:
-    return kernel.conntrack.delete_entries(flush.virtual.protocol, flush.virtual, flush.real)
