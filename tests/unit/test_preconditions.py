@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.preconditions import (
     PROBE_ADDRESS,
     PROBE_PORTS,
-    PreconditionError,
     check_schedulers,
     require_root,
 )
