@@ -137,6 +137,9 @@ class Service:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     resource_version: str = ""
+    # metadata.creationTimestamp (RFC 3339, UTC, so it orders as text); "" when unknown.
+    # Between two services claiming one address, the older keeps it.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,12 +204,23 @@ class ClusterSnapshot:
     node: Node | None = None
 
 
+class SkipReason(enum.StrEnum):
+    """Why something was skipped, as a metric label (``ipvsproxy_objects_skipped_total``)."""
+
+    INVALID = "invalid"
+    DUPLICATE = "duplicate"
+    ADDRESS_CONFLICT = "address_conflict"
+    UNUSABLE_ADDRESS = "unusable_address"
+    EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why one object, or one port of it, produced nothing. Logged and counted by callers."""
+    """Why one object, or one port or address of it, produced nothing. Logged and counted."""
 
     object: str
     reason: str
+    category: SkipReason = SkipReason.INVALID
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,3 +622,10 @@ class DesiredState:
         default_factory=lambda: MappingProxyType(dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0))
     )
     rejections: tuple[Rejection, ...] = ()
+
+    def skipped_by_reason(self) -> dict[SkipReason, int]:
+        """How many things were skipped, by reason: every reason present, zeros included."""
+        counts = dict.fromkeys(SkipReason, 0)
+        for rejection in self.rejections:
+            counts[rejection.category] += 1
+        return counts

@@ -1,17 +1,17 @@
 """What the machine must offer before ipvsproxy touches the kernel, each lack in one line.
 
-Nothing is judged from files: the kernel loads ip_vs when the IPVS generic netlink family is
-asked for, and a scheduler's module when a virtual server first uses it, so the only honest
-test is to ask it, as kube-proxy does (a throwaway virtual server with the scheduler, deleted
-at once).
+Nothing is judged from files but the capability: the kernel loads ip_vs when the IPVS
+generic netlink family is asked for, and a scheduler's module when a virtual server first
+uses it, so the only honest test is to ask it, as kube-proxy does (a throwaway virtual
+server with the scheduler, deleted at once).
 """
 
 from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 from collections.abc import Iterable
+from pathlib import Path
 
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.protocols import IPVSKernel
@@ -23,16 +23,29 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 
+# linux/capability.h: the one capability programming IPVS, addresses and netfilter needs.
+CAP_NET_ADMIN = 12
 # RFC 2544's benchmarking range: never a service, pod or node address.
 PROBE_ADDRESS = ipaddress.IPv4Address("198.18.0.1")
 # Ports tried in turn should a virtual server already sit on the first (it is never touched).
 PROBE_PORTS = (20000, 20001, 20002, 20003)
 
 
-def require_root(euid: int | None = None) -> None:
-    if (os.geteuid() if euid is None else euid) != 0:
+def effective_capabilities(proc: Path = Path("/proc")) -> int:
+    """This process's effective capability set (CapEff), as the kernel reports it."""
+    for line in (proc / "self" / "status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "CapEff":
+            return int(value.strip(), 16)
+    return 0
+
+
+def require_net_admin(proc: Path = Path("/proc")) -> None:
+    # The capability, not the user id: root in a container without NET_ADMIN cannot write
+    # IPVS, and a non-root process granted NET_ADMIN can.
+    if not effective_capabilities(proc) >> CAP_NET_ADMIN & 1:
         raise PreconditionError(
-            "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
+            "ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS"
         )
 
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
+from ipvsproxy.kernel import preconditions
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.ipvs import FakeIPVS
@@ -64,7 +65,7 @@ def _no_ipvs_here(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_dry_run_prints_the_example_plan_against_an_empty_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     args = ["sync", "--once", "--dry-run", "--source", EXAMPLE, "--hostname-override", "node-a"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -216,7 +217,7 @@ def test_flags_reach_translate_as_settings(
 
 
 def test_sync_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     result = CliRunner().invoke(main, ["sync", "--once", "--source", EXAMPLE])
     assert result.exit_code == 2
     assert result.output == NO_IPVS
@@ -227,7 +228,7 @@ def test_sync_with_a_scheduler_the_kernel_refuses_exits_2_naming_its_module(
 ) -> None:
     fake = FakeKernel()
     fake.ipvs = FakeIPVS(schedulers={"rr"})
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     monkeypatch.setattr(cli, "real_kernel", lambda: _fake_kernel(fake))
     args = ["sync", "--once", "--source", EXAMPLE, "--ipvs-scheduler", "wlc"]
     result = CliRunner().invoke(main, args)
@@ -239,12 +240,12 @@ def test_sync_with_a_scheduler_the_kernel_refuses_exits_2_naming_its_module(
     assert fake.ipvs.dump() == {}
 
 
-def test_cleanup_as_non_root_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("os.geteuid", lambda: 1000)
+def test_cleanup_without_net_admin_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preconditions, "effective_capabilities", lambda *_: 0)
     result = CliRunner().invoke(main, ["cleanup"])
     assert result.exit_code == 2
     assert result.output == (
-        "ipvsproxy: ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS\n"
+        "ipvsproxy: ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS\n"
     )
 
 

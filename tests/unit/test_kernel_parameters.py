@@ -7,6 +7,7 @@ import pytest
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
+from ipvsproxy.plan_json import operation_json
 from ipvsproxy.reconcile.parameters import (
     READ,
     parse_kernel_release,
@@ -148,3 +149,23 @@ def test_a_refused_parameter_is_one_failure_and_the_rest_applies() -> None:
     ]
     assert fake.sysctl.values["net.ipv4.vs.expire_quiescent_template"] == "1"
     assert fake.ipvs.dump()
+
+
+def test_parameter_ops_carry_their_fields_in_json() -> None:
+    state = desired({})
+    timeouts = operation_json(SetIPVSTimeouts(IPVSTimeouts(tcp=3600)), state)
+    assert timeouts == {
+        "op": "SetIPVSTimeouts",
+        "text": "set IPVS timeouts tcp 3600s",
+        "tcp": 3600,
+        "tcp_fin": 0,
+        "udp": 0,
+    }
+    sysctl = operation_json(SetSysctl("net.ipv4.ip_forward", "1", "0"), state)
+    assert sysctl == {
+        "op": "SetSysctl",
+        "text": "set sysctl net.ipv4.ip_forward 0 -> 1",
+        "sysctl": "net.ipv4.ip_forward",
+        "value": "1",
+        "current": "0",
+    }

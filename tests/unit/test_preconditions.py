@@ -10,7 +10,7 @@ from ipvsproxy.kernel.preconditions import (
     PROBE_ADDRESS,
     PROBE_PORTS,
     check_schedulers,
-    require_root,
+    require_net_admin,
 )
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
 from ipvsproxy.model import AddVirtualServer, TransportProtocol, VirtualServer, VirtualServerKey
@@ -54,13 +54,30 @@ def test_every_probe_port_taken_is_one_line() -> None:
     assert len(ipvs.dump()) == len(PROBE_PORTS)
 
 
-@pytest.mark.parametrize(("euid", "fails"), [(0, False), (1000, True)])
-def test_root_is_required(euid: int, fails: bool) -> None:
-    if fails:
-        with pytest.raises(PreconditionError, match="must run as root"):
-            require_root(euid)
-    else:
-        require_root(euid)
+ROOT_CAPS = "000001ffffffffff"
+# Everything root has but CAP_NET_ADMIN (bit 12): root in a container without NET_ADMIN.
+ROOT_WITHOUT_NET_ADMIN = f"{0x1FFFFFFFFFF & ~(1 << 12):016x}"
+ONLY_NET_ADMIN = f"{1 << 12:016x}"
+
+
+def proc_with(tmp_path: Path, caps: str) -> Path:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "status").write_text(
+        f"Name:\tipvsproxy\nCapInh:\t0000000000000000\nCapPrm:\t{caps}\nCapEff:\t{caps}\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("caps", [ROOT_CAPS, ONLY_NET_ADMIN])
+def test_net_admin_is_enough(tmp_path: Path, caps: str) -> None:
+    require_net_admin(proc_with(tmp_path, caps))
+
+
+@pytest.mark.parametrize("caps", ["0000000000000000", ROOT_WITHOUT_NET_ADMIN])
+def test_without_net_admin_is_one_line(tmp_path: Path, caps: str) -> None:
+    with pytest.raises(PreconditionError, match="needs CAP_NET_ADMIN") as raised:
+        require_net_admin(proc_with(tmp_path, caps))
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("kind", ["proc", "fake"])

@@ -187,7 +187,7 @@ def test_show_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) 
     def no_ipvs() -> None:
         raise IPVSUnavailable("No such file or directory")
 
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     monkeypatch.setattr(cli, "real_kernel", no_ipvs)
     result = CliRunner().invoke(main, ["show"])
     assert result.exit_code == 2
