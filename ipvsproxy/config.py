@@ -12,6 +12,7 @@ kube-proxy's rules, kept here (cmd/kube-proxy/app/options.go):
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from collections.abc import Collection, Mapping
@@ -21,6 +22,7 @@ from typing import Any
 
 from ipvsproxy.bounded_load import LoadError, load_documents
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
+from ipvsproxy.reconcile.reconciler import ReconcilerSettings
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
@@ -37,15 +39,16 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "detectLocal.bridgeInterface": ("--pod-bridge-interface", "str"),
     "detectLocal.interfaceNamePrefix": ("--pod-interface-name-prefix", "str"),
     "nodePortAddresses": ("--nodeport-addresses", "list"),
-    "healthzBindAddress": (None, "str"),
-    "metricsBindAddress": (None, "str"),
+    "healthzBindAddress": ("--healthz-bind-address", "str"),
+    "metricsBindAddress": ("--metrics-bind-address", "str"),
     "iptables.masqueradeAll": ("--masquerade-all", "bool"),
     "iptables.masqueradeBit": ("--iptables-masquerade-bit", "number"),
     "ipvs.scheduler": ("--ipvs-scheduler", "str"),
     "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
     "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
-    "ipvs.syncPeriod": (None, "duration"),
-    "ipvs.minSyncPeriod": (None, "duration"),
+    "ipvs.syncPeriod": ("--ipvs-sync-period", "duration"),
+    "ipvs.minSyncPeriod": ("--ipvs-min-sync-period", "duration"),
+    "logging.format": ("--logging-format", "str"),
     "ipvs.tcpTimeout": ("--ipvs-tcp-timeout", "duration"),
     "ipvs.tcpFinTimeout": ("--ipvs-tcpfin-timeout", "duration"),
     "ipvs.udpTimeout": ("--ipvs-udp-timeout", "duration"),
@@ -59,7 +62,10 @@ IGNORED_FIELDS = frozenset(
         "clientConnection.contentType",
         "clientConnection.qps",
         "clientConnection.burst",
-        "logging",
+        "logging.flushFrequency",
+        "logging.verbosity",
+        "logging.vmodule",
+        "logging.options",
         "bindAddress",
         "bindAddressHardFail",
         "enableProfiling",
@@ -90,7 +96,8 @@ DEFAULT_API_TIMEOUT = 60.0
 DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
     "ipvs.syncPeriod": "30s",
-    "ipvs.minSyncPeriod": "0s",
+    # kube-proxy's IPVS default is 0s; one second lets a burst of changes coalesce.
+    "ipvs.minSyncPeriod": "1s",
     "ipvs.tcpTimeout": "0s",
     "ipvs.tcpFinTimeout": "0s",
     "ipvs.udpTimeout": "0s",
@@ -98,7 +105,9 @@ DEFAULTS: Mapping[str, Any] = {
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
+    "logging.format": "text",
 }
+LOGGING_FORMATS = ("text", "json")
 
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -118,11 +127,12 @@ class ProxyConfig:
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
-    min_sync_period: float = 0.0
+    min_sync_period: float = 1.0
     # IPVS connection timeouts to set; 0 leaves the kernel's own (as kube-proxy).
     ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
+    logging_format: str = "text"
     # The longest a one-shot read of the cluster may take, however the API server trickles.
     api_timeout: float = DEFAULT_API_TIMEOUT
 
@@ -321,6 +331,13 @@ def _interface_for_mode(
         raise ConfigError(f"{origin['detectLocalMode']} {detect.value} needs {wanted}")
 
 
+def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
+    """What every sync needs from the configuration beyond translate's settings."""
+    return ReconcilerSettings(
+        strict_arp=config.settings.strict_arp, ipvs_timeouts=config.ipvs_timeouts
+    )
+
+
 def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
     """Whole seconds, as kube-proxy hands them to the kernel; negative ones are refused."""
     seconds = {}
@@ -357,11 +374,19 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     periods = {}
     for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
         try:
-            periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
+            periods[path] = parse_duration(values[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
         if periods[path] < 0:
             raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    # As kube-proxy's defaulting: a zero sync period means the default; a zero minimum stays.
+    periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
+        DEFAULTS["ipvs.syncPeriod"]
+    )
+    logging_format = values["logging.format"]
+    if logging_format not in LOGGING_FORMATS:
+        known = ", ".join(LOGGING_FORMATS)
+        raise ConfigError(f"{origin['logging.format']} {logging_format!r} is not one of {known}")
     masquerade_bit = values["iptables.masqueradeBit"]
     if not 0 <= masquerade_bit <= MASQUERADE_BIT_MAX:
         raise ConfigError(
@@ -393,7 +418,9 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname or socket.gethostname().lower(),
+        hostname=hostname
+        or os.environ.get("NODE_NAME", "").strip().lower()
+        or socket.gethostname().lower(),
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
@@ -401,4 +428,5 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         ipvs_timeouts=_ipvs_timeouts(values, origin),
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
+        logging_format=logging_format,
     )

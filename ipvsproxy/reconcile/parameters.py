@@ -50,8 +50,13 @@ def wanted_sysctls(
     return (*ALWAYS[:1], *reuse, *ALWAYS[1:], *(STRICT_ARP if strict_arp else ()))
 
 
-def plan_sysctls(current: Mapping[str, str | None], *, strict_arp: bool) -> tuple[SetSysctl, ...]:
-    """What differs, in kube-proxy's order; ``current``: the values of ``READ``."""
+def plan_sysctls(
+    current: Mapping[str, str | None] | None, *, strict_arp: bool
+) -> tuple[SetSysctl, ...]:
+    """What differs, in kube-proxy's order; ``current``: the values of ``READ``, or None when
+    they were not read (nothing is planned)."""
+    if current is None:
+        return ()
     release = current.get(KERNEL_RELEASE)
     kernel = parse_kernel_release(release) if release is not None else None
     return tuple(
@@ -61,8 +66,13 @@ def plan_sysctls(current: Mapping[str, str | None], *, strict_arp: bool) -> tupl
     )
 
 
-def plan_timeouts(wanted: IPVSTimeouts, current: IPVSTimeouts) -> tuple[SetIPVSTimeouts, ...]:
-    """One op when a configured (non-zero) timeout differs from the kernel's; else none."""
+def plan_timeouts(
+    wanted: IPVSTimeouts, current: IPVSTimeouts | None
+) -> tuple[SetIPVSTimeouts, ...]:
+    """One op when a configured (non-zero) timeout differs from the kernel's; else none, and
+    none when the kernel's were not read."""
+    if current is None:
+        return ()
     pairs = (
         (wanted.tcp, current.tcp),
         (wanted.tcp_fin, current.tcp_fin),

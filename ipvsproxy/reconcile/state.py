@@ -18,12 +18,14 @@ class KernelState:
     # Addresses bound on the dummy interface.
     bound_addresses: frozenset[IPAddress] = frozenset()
     ipsets: Mapping[str, IPSetContent] = field(default_factory=lambda: MappingProxyType({}))
-    # The kernel parameters planning reads (parameters.READ); None for one that is absent.
-    sysctls: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
-    ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
+    # The kernel parameters planning reads (parameters.READ), a value None where absent;
+    # None for parameters not read (an incremental sync trusts the last full one for them).
+    sysctls: Mapping[str, str | None] | None = None
+    ipvs_timeouts: IPVSTimeouts | None = None
 
 
-EMPTY_KERNEL = KernelState()
+# A fresh kernel: nothing of ours, none of kube-proxy's parameters set.
+EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeouts())
 
 
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:

@@ -16,6 +16,8 @@ from ipvsproxy.reconcile.parameters import (
     wanted_sysctls,
 )
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.reconcile.state import KernelState
+from ipvsproxy.reconcile.syncplan import plan_sync
 from tests.unit.reconcile_kit import POD_A, TCP_VS, desired
 
 NAMES = READ[1:]
@@ -169,3 +171,14 @@ def test_parameter_ops_carry_their_fields_in_json() -> None:
         "value": "1",
         "current": "0",
     }
+
+
+def test_parameters_not_read_are_not_planned() -> None:
+    """An incremental sync plans against a believed state without them: it sets none."""
+    timeouts = IPVSTimeouts(tcp=3600)
+    assert plan_sysctls(None, strict_arp=True) == ()
+    assert plan_timeouts(timeouts, None) == ()
+    state = desired({TCP_VS: [POD_A]})
+    counts = plan_sync(state, KernelState(), strict_arp=True, timeouts=timeouts).counts()
+    assert "SetSysctl" not in counts
+    assert "SetIPVSTimeouts" not in counts

@@ -1,0 +1,79 @@
+"""Health-check node ports: for each externalTrafficPolicy=Local load balancer, an HTTP server
+on its spec.healthCheckNodePort that tells the load balancer whether this node has endpoints.
+
+As kube-proxy: 200 with the count when there are local ready endpoints, 503 when there are none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Collection, Mapping
+from functools import partial
+
+from ipvsproxy.daemon.http import ANY_PATH, HttpServer, Response
+from ipvsproxy.model import ClusterSnapshot, ObjectKey
+
+log = logging.getLogger(__name__)
+
+
+def local_endpoint_counts(
+    snapshot: ClusterSnapshot, services: Collection[ObjectKey]
+) -> dict[ObjectKey, int]:
+    """For each of ``services``, how many distinct ready endpoint addresses are on this node."""
+    node = snapshot.node.name if snapshot.node is not None else None
+    local: dict[ObjectKey, set[str]] = {key: set() for key in services}
+    for endpoint_slice in snapshot.endpoint_slices.values():
+        found = local.get(endpoint_slice.service)
+        if found is None:
+            continue
+        for endpoint in endpoint_slice.endpoints:
+            if endpoint.node_name == node and endpoint.conditions.ready:
+                found.update(endpoint.addresses)
+    return {key: len(addresses) for key, addresses in local.items()}
+
+
+class HealthCheckNodePorts:
+    """One HTTP server per health-check node port, started, kept and stopped by ``update``."""
+
+    def __init__(self, host: str = "") -> None:
+        self._host = host
+        self._lock = threading.Lock()
+        self._counts: dict[ObjectKey, int] = {}
+        self._servers: dict[tuple[ObjectKey, int], HttpServer] = {}
+
+    @property
+    def ports(self) -> dict[ObjectKey, int]:
+        return dict(self._servers)
+
+    def update(self, ports: Mapping[ObjectKey, int], counts: Mapping[ObjectKey, int]) -> None:
+        with self._lock:
+            self._counts = dict(counts)
+        wanted = set(ports.items())
+        for gone in [served for served in self._servers if served not in wanted]:
+            self._servers.pop(gone).stop()
+        taken = {port for _, port in self._servers}
+        for key, port in sorted(wanted - set(self._servers), key=lambda item: str(item[0])):
+            if port in taken:
+                log.warning("health check node port %d of %s is already served", port, key)
+                continue
+            try:
+                server = HttpServer(self._host, port, {ANY_PATH: partial(self._answer, key)})
+            except OSError as error:
+                log.warning("health check node port %d of %s: %s", port, key, error.strerror)
+                continue
+            self._servers[(key, port)] = server.start()
+            taken.add(port)
+            log.info("serving health checks of %s on port %d", key, port)
+
+    def stop(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()
+
+    def _answer(self, key: ObjectKey) -> Response:
+        with self._lock:
+            count = self._counts.get(key, 0)
+        body = {"service": {"namespace": key.namespace, "name": key.name}, "localEndpoints": count}
+        return Response(200 if count else 503, "application/json", json.dumps(body).encode())
