@@ -95,11 +95,13 @@ def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
     iptables = shutil.which("iptables-legacy") or "iptables"
     chain = ("-t", "filter", "-w")
     subprocess.run([iptables, *chain, "-N", HOLD_CHAIN], check=True)
+
+    def match_on(name: str) -> None:
+        rule = ["-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"]
+        subprocess.run([iptables, *chain, *rule], check=True)
+
     try:
-        yield lambda name: subprocess.run(
-            [iptables, *chain, "-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"],
-            check=True,
-        )
+        yield match_on
     finally:
         subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
         subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)

@@ -81,15 +81,16 @@ class _NameReplyUDP(socketserver.BaseRequestHandler):
         sock.sendto(self.server.pod_name.encode(), self.client_address)  # type: ignore[attr-defined]
 
 
-class _DualStack(socketserver.BaseServer):
+class _DualStack(socketserver.TCPServer):
     """Listens on :: for both families, so one server answers IPv4 and IPv6 clients."""
 
     address_family = socket.AF_INET6
     allow_reuse_address = True
     daemon_threads = True
+    pod_name = ""
 
     def server_bind(self) -> None:
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # type: ignore[attr-defined]
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
 
 
@@ -117,7 +118,7 @@ class Pod:
                 _DualStackTCP(("::", port), _NameReplyTCP),
                 _DualStackUDP(("::", port), _NameReplyUDP),
             ):
-                server.pod_name = self.name  # type: ignore[attr-defined]
+                server.pod_name = self.name
                 threading.Thread(target=server.serve_forever, daemon=True).start()
                 self.servers.append(server)
 
