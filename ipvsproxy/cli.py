@@ -12,8 +12,6 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
-from ipvsproxy.cluster.api import read_cluster
-from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
 from ipvsproxy.kernel.addresses import NetlinkAddresses
@@ -131,15 +129,23 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
 
 def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
-    try:
-        if source is not None:
+    if source is not None:
+        try:
             return load_snapshot(source, config.hostname)
+        except SourceError as error:
+            _fail(str(error))
+    # Imported here: the kubernetes client takes most of the CLI's start-up time, and a
+    # command reading --source never needs it.
+    from ipvsproxy.cluster.api import read_cluster  # noqa: PLC0415
+    from ipvsproxy.cluster.connection import ApiError, connect  # noqa: PLC0415
+
+    try:
         with connect(config.kubeconfig, config.master or None) as api:
             read = read_cluster(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
             return read.snapshot, read.rejections
-    except (SourceError, ApiError) as error:
+    except ApiError as error:
         _fail(str(error))
 
 
