@@ -14,7 +14,7 @@ from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
 from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
 from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
 from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.iptables_command import CommandNetfilter, binary
+from ipvsproxy.kernel.iptables_command import binary, detect_backend
 from ipvsproxy.kernel.iptables_text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.model import DeleteVirtualServer, IPFamily
@@ -115,21 +115,28 @@ def _run(*command: str, stdin: str = "") -> None:
     subprocess.run(command, input=stdin, text=True, check=True, capture_output=True)
 
 
+@pytest.fixture(scope="session")
+def iptables_backend() -> str:
+    """Detected once per lab boot (each detection starts six processes); the detection itself
+    is proven in tests/kernel/test_iptables_kernel.py."""
+    return detect_backend()
+
+
 @pytest.fixture
-def iptables() -> Iterator[IptablesRestore | FakeIptables]:
+def iptables(request: pytest.FixtureRequest) -> Iterator[IptablesRestore | FakeIptables]:
     if not IN_LAB:
         yield FakeIptables(ipset_names=lambda: set(TEST_IPSETS.values()))
         return
+    backend: str = request.getfixturevalue("iptables_backend")
     for family, name in TEST_IPSETS.items():
         inet = "inet" if family is IPFamily.IPV4 else "inet6"
         _run("ipset", "create", name, "hash:ip,port", "family", inet, "-exist")
-    kernel = IptablesRestore()
+    kernel = IptablesRestore(backend)
     saved = {family: kernel.netfilter.save(family) for family in IPFamily}
     try:
         yield kernel
     finally:
         # The lab kernel is shared by the whole session: put every table back as it was.
-        backend = CommandNetfilter().backend
         for family, text in saved.items():
             # A table never used before is missing from the save: restore it empty.
             tables: Tables = {t: {c: [] for c in BUILTIN_CHAINS[t]} for t in ("nat", "filter")}
