@@ -119,10 +119,18 @@ def _run(*command: str, stdin: str = "") -> None:
 
 
 @pytest.fixture(scope="session")
-def iptables_backend() -> str:
-    """Detected once per lab boot (each detection starts six processes); the detection itself
-    is proven in tests/kernel/test_iptables_kernel.py."""
-    return detect_backend()
+def iptables_backend() -> Iterator[str]:
+    """The backend, and the sets the contract's rules match, once per lab boot: a process start
+    is the dearest thing inside UML and a detection takes six. Detection itself is proven in
+    tests/kernel/test_iptables_kernel.py."""
+    for family, name in TEST_IPSETS.items():
+        inet = "inet" if family is IPFamily.IPV4 else "inet6"
+        _run("ipset", "create", name, "hash:ip,port", "family", inet, "-exist")
+    try:
+        yield detect_backend()
+    finally:
+        for name in TEST_IPSETS.values():
+            _run("ipset", "destroy", name)
 
 
 @pytest.fixture
@@ -131,9 +139,6 @@ def iptables(request: pytest.FixtureRequest) -> Iterator[IptablesRestore | FakeI
         yield FakeIptables(ipset_names=lambda: set(TEST_IPSETS.values()))
         return
     backend: str = request.getfixturevalue("iptables_backend")
-    for family, name in TEST_IPSETS.items():
-        inet = "inet" if family is IPFamily.IPV4 else "inet6"
-        _run("ipset", "create", name, "hash:ip,port", "family", inet, "-exist")
     kernel = IptablesRestore(backend)
     saved = {family: kernel.netfilter.save(family) for family in IPFamily}
     try:
@@ -145,5 +150,3 @@ def iptables(request: pytest.FixtureRequest) -> Iterator[IptablesRestore | FakeI
             tables: Tables = {t: {c: [] for c in BUILTIN_CHAINS[t]} for t in ("nat", "filter")}
             tables.update(parse_save(text))
             _run(binary(backend, family, "restore"), "--wait", stdin=render_save(tables))
-        for name in TEST_IPSETS.values():
-            _run("ipset", "destroy", name)
