@@ -26,7 +26,17 @@ from typing import IO
 from ipvsproxy.model import SCHEDULERS
 from tests.lab.shard import SHARD_VARIABLE
 
-APT_PACKAGES = ("user-mode-linux", "kmod", "ipvsadm", "ipset", "iptables", "iproute2", "conntrack")
+APT_PACKAGES = (
+    "user-mode-linux",
+    "kmod",
+    "ipvsadm",
+    "ipset",
+    "iptables",
+    "iproute2",
+    "conntrack",
+    # promtool, which checks the daemon's /metrics
+    "prometheus",
+)
 UML_MODULES_ROOT = Path("/usr/lib/uml/modules")
 MODULES = (
     "ip_vs",
@@ -60,7 +70,7 @@ MODULES = (
     "ip6table_mangle",
 )
 # Tools the tests call inside the lab, beside the kernel itself.
-LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack")
+LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
 BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
 NO_TESTS_COLLECTED = 5
 
