@@ -13,6 +13,18 @@ from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 
+NO_IPVS = "the ip_vs kernel module is not loaded; run modprobe ip_vs"
+
+
+@pytest.fixture(autouse=True)
+def _kernel_without_ipvs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here sees a kernel without IPVS, whatever the machine running it has."""
+
+    def no_ipvs(*_: object) -> None:
+        raise PreconditionError(NO_IPVS)
+
+    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+
 
 def test_version_is_the_package_version() -> None:
     result = CliRunner().invoke(main, ["--version"])
@@ -53,8 +65,7 @@ def test_dry_run_prints_the_example_plan_against_an_empty_table() -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    # This machine has no IPVS, so the plan is against an empty kernel and says why.
-    assert lines[0].startswith("# dry run against an empty kernel state (the ip_vs kernel module")
+    assert lines[0] == f"# dry run against an empty kernel state ({NO_IPVS}); nothing is changed"
     assert "+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)" in lines
     udp = lines.index("+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)")
     assert lines[udp + 1 : udp + 3] == [
@@ -197,14 +208,10 @@ def test_flags_reach_translate_as_settings(
     assert seen == [expected]
 
 
-def test_sync_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_ipvs(*_: object) -> None:
-        raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
-
-    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+def test_sync_without_ipvs_exits_2_in_one_line() -> None:
     result = CliRunner().invoke(main, ["sync", "--once", "--source", EXAMPLE])
     assert result.exit_code == 2
-    assert result.output == "ipvsproxy: the ip_vs kernel module is not loaded; run modprobe ip_vs\n"
+    assert result.output == f"ipvsproxy: {NO_IPVS}\n"
 
 
 def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.preconditions import PreconditionError
+from ipvsproxy.kernel.errors import PreconditionError
 from tests.unit.test_bounded_load import LAUGHS
 
 EXAMPLE = "examples/cluster.yaml"
