@@ -39,7 +39,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     _install(session, "typecheck")
-    session.run("mypy", "--strict", "ipvsproxy")
+    session.run("mypy", "--strict", "ipvsproxy", "tests")
 
 
 @nox.session

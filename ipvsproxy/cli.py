@@ -14,9 +14,6 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
-from ipvsproxy.cluster.api import read_cluster
-from ipvsproxy.cluster.connection import ApiError, connect
-from ipvsproxy.cluster.deadline import deadline
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_settings, resolve
 from ipvsproxy.daemon.main import DaemonError, serve_daemon
@@ -151,9 +148,18 @@ def _snapshot(
     source: Path | None, config: ProxyConfig, allow_empty: bool
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
-    try:
-        if source is not None:
+    if source is not None:
+        try:
             return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+        except SourceError as error:
+            _fail(str(error))
+    # Imported here: the kubernetes client takes most of the CLI's start-up time, and a
+    # command reading --source never needs it.
+    from ipvsproxy.cluster.api import read_cluster  # noqa: PLC0415
+    from ipvsproxy.cluster.connection import ApiError, connect  # noqa: PLC0415
+    from ipvsproxy.cluster.deadline import deadline  # noqa: PLC0415
+
+    try:
         with (
             connect(config.kubeconfig, config.master or None) as api,
             deadline(config.api_timeout, f"reading the cluster from the API server at {api.host}"),
@@ -162,7 +168,7 @@ def _snapshot(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
             return read.snapshot, read.rejections
-    except (SourceError, ApiError) as error:
+    except ApiError as error:
         _fail(str(error))
 
 

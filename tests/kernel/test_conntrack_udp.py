@@ -15,6 +15,7 @@ from ipvsproxy.model import (
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
+    IPVSOp,
     RealServer,
     RealServerKey,
     TransportProtocol,
@@ -64,7 +65,7 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
     with NetlinkAddresses() as addresses, NetlinkIPVS() as ipvs:
         addresses.ensure_interface(SERVICE_INTERFACE)
         assert addresses.apply(SERVICE_INTERFACE, [BindAddress(service.address)]) == [None]
-        ops = [AddVirtualServer(VirtualServer(service))]
+        ops: list[IPVSOp] = [AddVirtualServer(VirtualServer(service))]
         ops += [AddRealServer(service, RealServer(key)) for key in endpoints.values()]
         assert ipvs.apply(ops) == [None] * len(ops)
         try:
