@@ -84,8 +84,7 @@ def conntrack() -> Iterator[FakeConntrack | SeededConntrack]:
         yield kernel
     finally:
         # Seeded flows would live on for minutes: delete what this test left.
-        for flow in kernel.flows() - before:
-            kernel.delete_entries(flow.service.protocol, flow.service, flow.endpoint)
+        kernel.delete_entries([flow.target() for flow in kernel.flows() - before])
         kernel.close()
 
 

@@ -76,9 +76,9 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
             assert {flow.endpoint for flow in to_service} == set(endpoints.values())
             staying = {flow for flow in to_service if flow.endpoint == endpoints["dns-b"]}
 
-            deleted = conntrack.delete_entries(TransportProtocol.UDP, service, endpoints["dns-a"])
+            deleted = conntrack.delete_entries([(service, endpoints["dns-a"])])
 
-            assert deleted == 3
+            assert deleted == [3]
             after = {flow for flow in conntrack.flows() if flow.service == service}
             assert after == staying
         finally:
