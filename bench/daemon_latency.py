@@ -39,7 +39,14 @@ from bench.cluster import (
     pod_ip,
     service_object,
 )
-from ipvsproxy.kernel.ipvs import NetlinkIPVS, _nla, _real_server_state, _service_key_attrs
+from ipvsproxy.kernel.ipvs import (
+    NetlinkIPVS,
+    _family,
+    _nla,
+    _real_server_state,
+    _reply,
+    _service_key_attrs,
+)
 from ipvsproxy.kernel.netlink import NLM_F_DUMP
 from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
 
@@ -90,9 +97,7 @@ class Probe(NetlinkIPVS):
         for message in self._socket.request(
             self._family_id, NLM_F_DUMP, self._body(genl_ipvs.IPVS_CMD_GET_DEST, service)
         ):
-            reply = genl_ipvs.ipvsmsg(message)
-            reply.decode()
-            state = _real_server_state(reply.get_attr("IPVS_CMD_ATTR_DEST"))
+            state = _real_server_state(_reply(message, "IPVS_CMD_ATTR_DEST"), _family(key.address))
             weights[state.server.key.address] = state.server.weight
         return weights
 

@@ -34,7 +34,6 @@ from bench.cluster import NODE_NAME
 from bench.daemon_latency import daemon_available, measure_daemon
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
 from ipvsproxy.model import DUMMY_INTERFACE, DesiredState
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
@@ -139,7 +138,6 @@ def measure_once(manifest: Path) -> dict[str, float]:
 
 def measure_reconciler(desired: DesiredState) -> dict[str, float]:
     with real_kernel() as kernel:
-        ensure_ipvs_sysctls(kernel.sysctl, strict_arp=False)
         reconciler = Reconciler(kernel)
         first, _ = wall_and_cpu(lambda: reconciler.sync(desired))
         result = None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -12,19 +14,16 @@ import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
-from ipvsproxy.cluster.api import read_cluster
-from ipvsproxy.cluster.connection import ApiError, connect
-from ipvsproxy.cluster.deadline import deadline
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, resolve
+from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_settings, resolve
 from ipvsproxy.daemon.main import DaemonError, serve_daemon
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.errors import PreconditionError, SysctlError
-from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
 from ipvsproxy.render import (
@@ -85,8 +84,18 @@ _PROXY_FLAGS = (
                  help="Set arp_ignore=1 and arp_announce=2."),
     click.option("--ipvs-exclude-cidrs", metavar="CIDRS",
                  help="Comma-separated CIDRs whose virtual servers are never touched."),
+    click.option("--ipvs-tcp-timeout", metavar="DURATION",
+                 help="Idle timeout of IPVS TCP connections, e.g. 900s [default: 0, the "
+                 "kernel's own]."),
+    click.option("--ipvs-tcpfin-timeout", metavar="DURATION",
+                 help="Timeout of IPVS TCP connections after a FIN [default: 0, the "
+                 "kernel's own]."),
+    click.option("--ipvs-udp-timeout", metavar="DURATION",
+                 help="Timeout of IPVS UDP flows [default: 0, the kernel's own]."),
     click.option("--masquerade-all", type=click.BOOL, is_flag=False, flag_value=True,
                  help="SNAT all traffic sent to Service cluster IPs."),
+    click.option("--iptables-masquerade-bit", type=int, metavar="BIT",
+                 help="The packet-mark bit (0-31) that asks for SNAT [default: 14]."),
     click.option("--cluster-cidr", metavar="CIDRS",
                  help="The pods' CIDR, or a comma-separated dual-stack pair."),
     click.option("--nodeport-addresses", metavar="CIDRS",
@@ -139,9 +148,18 @@ def _snapshot(
     source: Path | None, config: ProxyConfig, allow_empty: bool
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
-    try:
-        if source is not None:
+    if source is not None:
+        try:
             return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+        except SourceError as error:
+            _fail(str(error))
+    # Imported here: the kubernetes client takes most of the CLI's start-up time, and a
+    # command reading --source never needs it.
+    from ipvsproxy.cluster.api import read_cluster  # noqa: PLC0415
+    from ipvsproxy.cluster.connection import ApiError, connect  # noqa: PLC0415
+    from ipvsproxy.cluster.deadline import deadline  # noqa: PLC0415
+
+    try:
         with (
             connect(config.kubeconfig, config.master or None) as api,
             deadline(config.api_timeout, f"reading the cluster from the API server at {api.host}"),
@@ -150,7 +168,7 @@ def _snapshot(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
             return read.snapshot, read.rejections
-    except (SourceError, ApiError) as error:
+    except ApiError as error:
         _fail(str(error))
 
 
@@ -190,17 +208,13 @@ def sync(
     config = _resolve_config(ctx)
     desired = _desired_state(ctx.params["source"], config, allow_empty)
     if dry_run:
-        _dry_run(desired, output)
+        _dry_run(desired, reconciler_settings(config), output)
         return
-    _check_preconditions(_schedulers(desired))
-    with real_kernel() as kernel:
-        try:
-            changed = ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp)
-        except SysctlError as error:
-            _fail(str(error))
-        for change in changed:
-            click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
-        result = Reconciler(kernel).sync(desired)
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        kernel = _open_kernel(stack)
+        _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
+        result = Reconciler(kernel, reconciler_settings(config)).sync(desired)
     if output == "json":
         _write(sync_result_json(result, desired))
     else:
@@ -221,20 +235,21 @@ def _write(chunks: Iterable[str], batch: int = 65536) -> None:
     sys.stdout.write("".join(pending))
 
 
-def _schedulers(desired: DesiredState) -> set[str]:
-    return {wanted.server.scheduler for wanted in desired.virtual_servers.values()}
-
-
-def _dry_run(desired: DesiredState, output: str) -> None:
+def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -> None:
     """The plan against the kernel's state when it can be read, else against an empty one."""
     try:
-        check_ipvs(_schedulers(desired))
+        require_net_admin()
         with real_kernel() as kernel:
-            plan = Reconciler(kernel).plan(desired)
+            plan = Reconciler(kernel, settings).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
         baseline = LIVE_KERNEL
     except PreconditionError as error:
-        plan = plan_sync(desired, EMPTY_KERNEL)
+        plan = plan_sync(
+            desired,
+            EMPTY_KERNEL,
+            strict_arp=settings.strict_arp,
+            timeouts=settings.ipvs_timeouts,
+        )
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
         baseline = Baseline(live=False, reason=str(error))
     if output == "json":
@@ -250,8 +265,8 @@ def cleanup() -> None:
 
     Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
     """
-    _check_preconditions()
-    with real_kernel() as kernel:
+    _check(require_net_admin)
+    with real_kernel(ipvs_optional=True) as kernel:
         report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
     for line in report.removed:
         click.echo(line)
@@ -260,9 +275,17 @@ def cleanup() -> None:
     sys.exit(1 if report.failed else 0)
 
 
-def _check_preconditions(schedulers: Iterable[str] = ()) -> None:
+def _check(precondition: Callable[[], None]) -> None:
     try:
-        check_ipvs(schedulers)
+        precondition()
+    except PreconditionError as error:
+        _fail(str(error))
+
+
+def _open_kernel(stack: ExitStack) -> Kernel:
+    """The machine's kernel, closed with ``stack``; exit 2 when it has no IPVS."""
+    try:
+        return stack.enter_context(real_kernel())
     except PreconditionError as error:
         _fail(str(error))
 
@@ -277,9 +300,9 @@ def _service_filter(text: str | None) -> ObjectKey | None:
 
 
 def _kernel_ipvs_table() -> IPVSTable:
-    _check_preconditions()
-    with real_kernel() as kernel:
-        return kernel.ipvs.dump()
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        return _open_kernel(stack).ipvs.dump()
 
 
 @main.command()

@@ -16,12 +16,13 @@ import os
 import re
 import socket
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ipvsproxy.bounded_load import LoadError, load_documents
-from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
+from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
+from ipvsproxy.reconcile.reconciler import ReconcilerSettings
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
@@ -41,12 +42,16 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "healthzBindAddress": ("--healthz-bind-address", "str"),
     "metricsBindAddress": ("--metrics-bind-address", "str"),
     "iptables.masqueradeAll": ("--masquerade-all", "bool"),
+    "iptables.masqueradeBit": ("--iptables-masquerade-bit", "number"),
     "ipvs.scheduler": ("--ipvs-scheduler", "str"),
     "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
     "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
     "ipvs.syncPeriod": ("--ipvs-sync-period", "duration"),
     "ipvs.minSyncPeriod": ("--ipvs-min-sync-period", "duration"),
     "logging.format": ("--logging-format", "str"),
+    "ipvs.tcpTimeout": ("--ipvs-tcp-timeout", "duration"),
+    "ipvs.tcpFinTimeout": ("--ipvs-tcpfin-timeout", "duration"),
+    "ipvs.udpTimeout": ("--ipvs-udp-timeout", "duration"),
 }
 
 # kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
@@ -65,14 +70,10 @@ IGNORED_FIELDS = frozenset(
         "bindAddressHardFail",
         "enableProfiling",
         "showHiddenMetricsForVersion",
-        "iptables.masqueradeBit",
         "iptables.localhostNodePorts",
         "iptables.snatNodeInternalIP",
         "iptables.syncPeriod",
         "iptables.minSyncPeriod",
-        "ipvs.tcpTimeout",
-        "ipvs.tcpFinTimeout",
-        "ipvs.udpTimeout",
         "nftables",
         "winkernel",
         "oomScoreAdj",
@@ -82,6 +83,8 @@ IGNORED_FIELDS = frozenset(
         "windowsRunAsService",
     }
 )
+
+MASQUERADE_BIT_MAX = 31
 
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
@@ -95,6 +98,10 @@ DEFAULTS: Mapping[str, Any] = {
     "ipvs.syncPeriod": "30s",
     # kube-proxy's IPVS default is 0s; one second lets a burst of changes coalesce.
     "ipvs.minSyncPeriod": "1s",
+    "ipvs.tcpTimeout": "0s",
+    "ipvs.tcpFinTimeout": "0s",
+    "ipvs.udpTimeout": "0s",
+    "iptables.masqueradeBit": 14,
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
@@ -121,6 +128,8 @@ class ProxyConfig:
     master: str = ""
     sync_period: float = 30.0  # seconds
     min_sync_period: float = 1.0
+    # IPVS connection timeouts to set; 0 leaves the kernel's own (as kube-proxy).
+    ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
     logging_format: str = "text"
@@ -186,8 +195,15 @@ def _nodeport_addresses(values: list[str], label: str) -> tuple[tuple[IPNetwork,
 
 
 def _check_type(path: str, value: Any, kind: str, label: str) -> Any:
-    expected: dict[str, type] = {"str": str, "duration": str, "bool": bool, "list": list}
-    if not isinstance(value, expected[kind]):
+    expected: dict[str, type] = {
+        "str": str,
+        "duration": str,
+        "bool": bool,
+        "list": list,
+        "number": int,
+    }
+    # YAML's true is a Python int too; a bit number is not a bool.
+    if not isinstance(value, expected[kind]) or (kind == "number" and isinstance(value, bool)):
         raise ConfigError(f"{label}: {path} must be a {kind}, not {value!r}")
     if isinstance(value, list) and not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{label}: {path} must be a list of strings, not {value!r}")
@@ -315,6 +331,30 @@ def _interface_for_mode(
         raise ConfigError(f"{origin['detectLocalMode']} {detect.value} needs {wanted}")
 
 
+def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
+    """What every sync needs from the configuration beyond translate's settings."""
+    return ReconcilerSettings(
+        strict_arp=config.settings.strict_arp, ipvs_timeouts=config.ipvs_timeouts
+    )
+
+
+def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
+    """Whole seconds, as kube-proxy hands them to the kernel; negative ones are refused."""
+    seconds = {}
+    for path in ("ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout"):
+        try:
+            seconds[path] = parse_duration(values[path])
+        except ValueError:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+        if seconds[path] < 0:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    return IPVSTimeouts(
+        tcp=int(seconds["ipvs.tcpTimeout"]),
+        tcp_fin=int(seconds["ipvs.tcpFinTimeout"]),
+        udp=int(seconds["ipvs.udpTimeout"]),
+    )
+
+
 def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
     mode = values.get("mode", "")
     if mode not in ("", "ipvs"):
@@ -347,6 +387,12 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     if logging_format not in LOGGING_FORMATS:
         known = ", ".join(LOGGING_FORMATS)
         raise ConfigError(f"{origin['logging.format']} {logging_format!r} is not one of {known}")
+    masquerade_bit = values["iptables.masqueradeBit"]
+    if not 0 <= masquerade_bit <= MASQUERADE_BIT_MAX:
+        raise ConfigError(
+            f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
+            f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
+        )
     raw_hostname = values.get("hostnameOverride", "")
     hostname = raw_hostname.strip().lower()
     if raw_hostname and not hostname:
@@ -365,6 +411,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         bridge_interface=values.get("detectLocal.bridgeInterface", ""),
         interface_name_prefix=values.get("detectLocal.interfaceNamePrefix", ""),
         masquerade_all=bool(values.get("iptables.masqueradeAll", False)),
+        masquerade_bit=masquerade_bit,
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
         strict_arp=bool(values.get("ipvs.strictARP", False)),
@@ -378,6 +425,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
         min_sync_period=periods["ipvs.minSyncPeriod"],
+        ipvs_timeouts=_ipvs_timeouts(values, origin),
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
         logging_format=logging_format,

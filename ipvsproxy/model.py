@@ -94,6 +94,10 @@ class TrafficPolicy(enum.StrEnum):
     LOCAL = "Local"
 
 
+# The two traffic policies a Service has, by the names kube-proxy's metrics label them with.
+TRAFFIC_POLICY_SCOPES = ("internal", "external")
+
+
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
@@ -511,6 +515,29 @@ BatchResult = list[OpError | None]
 
 
 @dataclass(frozen=True, slots=True)
+class IPVSTimeouts:
+    """The kernel's IPVS connection timeouts in seconds (ipvsadm --set); 0 leaves one as is."""
+
+    tcp: int = 0
+    tcp_fin: int = 0
+    udp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetIPVSTimeouts:
+    timeouts: IPVSTimeouts
+
+
+@dataclass(frozen=True, slots=True)
+class SetSysctl:
+    """Set a kernel parameter kube-proxy's IPVS mode needs; ``current``: its value before."""
+
+    name: str
+    value: str
+    current: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RealServerRef:
     """One real server of one virtual server: the unit graceful termination works on."""
 
@@ -561,7 +588,16 @@ class FlushConntrack:
     real: RealServerKey
 
 
-PlanOp = EnsureInterface | AddressOp | IPSetOp | RestoreIptables | IPVSOp | FlushConntrack
+PlanOp = (
+    SetSysctl
+    | EnsureInterface
+    | AddressOp
+    | IPSetOp
+    | RestoreIptables
+    | SetIPVSTimeouts
+    | IPVSOp
+    | FlushConntrack
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -601,6 +637,11 @@ class DesiredState:
     node_port_addresses: frozenset[IPAddress] = frozenset()
     health_check_node_ports: Mapping[ObjectKey, int] = field(
         default_factory=lambda: MappingProxyType({})
+    )
+    # Services with a Local traffic policy and endpoints, none of them on this node, by
+    # scope ("internal", "external"): kubeproxy_sync_proxy_rules_no_local_endpoints_total.
+    no_local_endpoints: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType(dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0))
     )
     rejections: tuple[Rejection, ...] = ()
 

@@ -25,6 +25,8 @@ from ipvsproxy.model import (
     RealServer,
     RealServerKey,
     RestoreIptables,
+    SetIPVSTimeouts,
+    SetSysctl,
     UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
@@ -69,6 +71,10 @@ def _real(virtual: VirtualServerKey, server: RealServer, desired: DesiredState) 
 
 def _fields(op: PlanOp, desired: DesiredState) -> dict[str, Any]:
     match op:
+        case SetSysctl(name, value, current):
+            return {"sysctl": name, "value": value, "current": current}
+        case SetIPVSTimeouts(timeouts):
+            return {"tcp": timeouts.tcp, "tcp_fin": timeouts.tcp_fin, "udp": timeouts.udp}
         case EnsureInterface(name):
             return {"interface": name}
         case BindAddress(address) | UnbindAddress(address):

@@ -31,6 +31,7 @@ from ipvsproxy.model import (
     virtual_of,
 )
 from ipvsproxy.plan_json import SCHEMA, operation_json
+from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.graceful import Drain
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
@@ -119,7 +120,8 @@ def _listed(items: Sequence[object], limit: int = 5) -> str:
 
 
 def _summary_lines(plan: SyncPlan) -> list[str]:
-    lines: list[str] = []
+    parameters: list[PlanOp] = [*plan.sysctls, *plan.timeouts]
+    lines = [f"~ {describe(op)}" for op in parameters]
     if plan.create_interface:
         lines.append(f"+ interface {plan.interface}")
     if plan.bind:

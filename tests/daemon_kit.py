@@ -8,7 +8,7 @@ from typing import Any
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable
+from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable, IPVSTimeouts
 
 NODE = "node-a"
 NODE_IP = "192.168.10.11"
@@ -92,6 +92,14 @@ class RecordingIPVS:
         self._check()
         self.ops += ops
         return self.fake.apply(ops)
+
+    def timeouts(self) -> IPVSTimeouts:
+        self._check()
+        return self.fake.timeouts()
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        self._check()
+        self.fake.set_timeouts(timeouts)
 
     def _check(self) -> None:
         if self.broken:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
@@ -23,7 +23,6 @@ from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
     local_endpoint_counts,
-    no_local_endpoints,
 )
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
@@ -31,6 +30,7 @@ from ipvsproxy.daemon.syncer import Syncer, SyncReport
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,16 @@ class DaemonOptions:
     # How often, while real servers drain, the kernel is read to delete the idle ones.
     drain_check_period: float = 5.0
     health_check_host: str = ""
+    # Kernel parameters (--ipvs-strict-arp, --ipvs-*-timeout) and the like, for every sync.
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
 
 
 class Daemon:
     def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
         self._options = options
-        self.syncer = Syncer(kernel, settings, options.sync_period)
+        self.syncer = Syncer(
+            kernel, settings, options.sync_period, Reconciler(kernel, options.reconciler)
+        )
         self.health = ProxierHealth(timeout=2 * options.sync_period)
         self.metrics = Metrics(self._traffic if options.traffic is not None else None)
         self.health_check_ports = HealthCheckNodePorts(options.health_check_host)
@@ -183,7 +187,7 @@ class Daemon:
             desired.health_check_node_ports,
             local_endpoint_counts(snapshot, desired.health_check_node_ports),
         )
-        self.metrics.no_local_endpoints.counts = no_local_endpoints(snapshot, desired)
+        self.metrics.no_local_endpoints.counts = dict(desired.no_local_endpoints)
         if not any(isinstance(f.op, RestoreIptables) for f in report.result.failures):
             self.health.updated()
             self.metrics.last_sync.set_to_current_time()

@@ -6,21 +6,21 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.informer import ClusterInformer
-from ipvsproxy.config import ProxyConfig
+from ipvsproxy.config import ProxyConfig, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.errors import PreconditionError, SysctlError
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
-from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
 from ipvsproxy.model import IPVSTable
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions
         healthz=_address(config.healthz_bind_address, "--healthz-bind-address"),
         metrics=_address(config.metrics_bind_address, "--metrics-bind-address"),
         traffic=_read_ipvs_counters if traffic_metrics else None,
+        reconciler=reconciler_settings(config),
     )
 
 
@@ -76,17 +77,14 @@ def serve_daemon(
     for warning in warnings:
         log.warning(warning)
     options = options_from(config, traffic_metrics=traffic_metrics)
-    try:
-        check_ipvs()
-    except PreconditionError as error:
-        raise DaemonError(str(error)) from None
     stop = threading.Event()
     stop_on_signals(stop)
-    with real_kernel() as kernel:
+    with ExitStack() as stack:
         try:
-            for change in ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp):
-                log.info("sysctl %s: %s -> %s", change.name, change.before, change.after)
-        except SysctlError as error:
+            require_net_admin()
+            kernel = stack.enter_context(real_kernel())
+            check_schedulers(kernel.ipvs, {config.settings.scheduler})
+        except PreconditionError as error:
             raise DaemonError(str(error)) from None
         daemon = Daemon(kernel, config.settings, options)
         try:

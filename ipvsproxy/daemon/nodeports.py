@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from functools import partial
 
 from ipvsproxy.daemon.http import ANY_PATH, HttpServer, Response
-from ipvsproxy.model import ClusterSnapshot, DesiredState, ObjectKey, ServiceType, TrafficPolicy
+from ipvsproxy.model import ClusterSnapshot, ObjectKey
 
 log = logging.getLogger(__name__)
 
@@ -32,35 +32,6 @@ def local_endpoint_counts(
             if endpoint.node_name == node and endpoint.conditions.ready:
                 found.update(endpoint.addresses)
     return {key: len(addresses) for key, addresses in local.items()}
-
-
-def no_local_endpoints(snapshot: ClusterSnapshot, desired: DesiredState) -> dict[str, int]:
-    """kube-proxy's sync_proxy_rules_no_local_endpoints_total: services with a Local policy
-    and ready endpoints, none of them on this node, by policy ("internal", "external")."""
-    served = {wanted.owner.service for wanted in desired.virtual_servers.values()}
-    local_policy = [
-        service
-        for key, service in snapshot.services.items()
-        if key in served
-        and TrafficPolicy.LOCAL
-        in (service.internal_traffic_policy, service.external_traffic_policy)
-    ]
-    ready = {
-        endpoint_slice.service
-        for endpoint_slice in snapshot.endpoint_slices.values()
-        if any(endpoint.conditions.ready for endpoint in endpoint_slice.endpoints)
-    }
-    local = local_endpoint_counts(snapshot, [service.key for service in local_policy])
-    counts = {"internal": 0, "external": 0}
-    for service in local_policy:
-        if service.key not in ready or local[service.key]:
-            continue
-        counts["internal"] += service.internal_traffic_policy is TrafficPolicy.LOCAL
-        external = service.type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(
-            service.external_ips
-        )
-        counts["external"] += external and service.external_traffic_policy is TrafficPolicy.LOCAL
-    return counts
 
 
 class HealthCheckNodePorts:

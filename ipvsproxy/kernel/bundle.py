@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
+from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.ipset.fake import FakeIPSets
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
-from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
+from ipvsproxy.kernel.ipvs import AbsentIPVS, FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
+from ipvsproxy.kernel.sysctl import FRESH_KERNEL_SYSCTLS, FakeSysctl, ProcSysctl
 
 
 class FakeKernel:
@@ -23,7 +24,7 @@ class FakeKernel:
         self.addresses = FakeAddresses()
         self.ipsets = FakeIPSets()
         self.iptables = FakeIptables(lambda: self.ipsets.list_sets().keys())
-        self.sysctl = FakeSysctl()
+        self.sysctl = FakeSysctl(FRESH_KERNEL_SYSCTLS)
         self.conntrack = FakeConntrack()
 
     def kernel(self) -> Kernel:
@@ -33,12 +34,21 @@ class FakeKernel:
 
 
 @contextmanager
-def real_kernel() -> Iterator[Kernel]:
-    """The machine's kernel; its netlink sockets close when the block ends."""
-    with (
-        NetlinkIPVS() as ipvs,
-        NetlinkAddresses() as addresses,
-        NetlinkIPSets() as ipsets,
-        NetlinkConntrack() as conntrack,
-    ):
+def real_kernel(*, ipvs_optional: bool = False) -> Iterator[Kernel]:
+    """The machine's kernel; its netlink sockets close when the block ends.
+
+    IPVSUnavailable when the kernel has no IPVS, unless ``ipvs_optional``: then its IPVS is
+    an empty table (what cleanup needs, which still has sets, chains and kube-ipvs0 to remove).
+    """
+    with ExitStack() as stack:
+        ipvs: IPVSKernel
+        try:
+            ipvs = stack.enter_context(NetlinkIPVS())
+        except IPVSUnavailable:
+            if not ipvs_optional:
+                raise
+            ipvs = AbsentIPVS()
+        addresses = stack.enter_context(NetlinkAddresses())
+        ipsets = stack.enter_context(NetlinkIPSets())
+        conntrack = stack.enter_context(NetlinkConntrack())
         yield Kernel(ipvs, addresses, ipsets, IptablesRestore(), ProcSysctl(), conntrack)

@@ -10,21 +10,41 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
-from pyroute2.netlink.exceptions import NetlinkError
 
-from ipvsproxy.kernel.netlink import refusals_as_os_errors
+from ipvsproxy.kernel.netlink import (
+    BATCH_SIZE,
+    NETLINK_NETFILTER,
+    NLA_F_NESTED,
+    BatchSocket,
+    Request,
+    attribute,
+    refusals_as_os_errors,
+)
 from ipvsproxy.model import (
     IP_PROTOCOL_NUMBERS,
     PROTOCOLS_BY_NUMBER,
     IPAddress,
+    OpError,
     RealServerKey,
-    TransportProtocol,
     VirtualServerKey,
 )
+
+# ctnetlink (linux/netfilter/nfnetlink_conntrack.h)
+CT_DELETE = (1 << 8) | 2  # NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_DELETE
+NFNETLINK_V0 = 0
+NFGEN_HEADER = struct.Struct("=BBH")
+CTA_TUPLE_ORIG, CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 1, 2
+CTA_IP_V4_SRC, CTA_IP_V4_DST, CTA_IP_V6_SRC, CTA_IP_V6_DST = 1, 2, 3, 4
+CTA_PROTO_NUM, CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT = 1, 2, 3
+
+# A service (with its protocol) and the endpoint its flows were NATed to.
+FlowTarget = tuple[VirtualServerKey, RealServerKey]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +56,9 @@ class Flow:
     client: IPAddress
     client_port: int
 
-    def matches(
-        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
-    ) -> bool:
-        """Whether this is a ``protocol`` flow to service's address and port, NATed to endpoint."""
-        return (
-            self.service.protocol is protocol
-            and (self.service.address, self.service.port) == (service.address, service.port)
-            and self.endpoint == endpoint
-        )
+    def target(self) -> FlowTarget:
+        """The (service, endpoint) a delete request names to reach this flow."""
+        return self.service, self.endpoint
 
 
 class FakeConntrack:
@@ -59,12 +73,11 @@ class FakeConntrack:
     def flows(self) -> frozenset[Flow]:
         return frozenset(self._flows)
 
-    def delete_entries(
-        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
-    ) -> int:
-        doomed = {flow for flow in self._flows if flow.matches(protocol, service, endpoint)}
-        self._flows -= doomed
-        return len(doomed)
+    def delete_entries(self, targets: Sequence[FlowTarget]) -> list[int | OpError]:
+        doomed = [{flow for flow in self._flows if flow.target() == target} for target in targets]
+        for flows in doomed:
+            self._flows -= flows
+        return [len(flows) for flows in doomed]
 
 
 def _family(address: IPAddress) -> int:
@@ -100,6 +113,20 @@ def decode_flow(message: Any) -> Flow | None:
     )
 
 
+def _delete_body(flow: Flow) -> bytes:
+    """An IPCTNL_MSG_CT_DELETE body naming the flow by its original tuple."""
+    v6 = flow.client.version == 6
+    addresses = attribute(CTA_IP_V6_SRC if v6 else CTA_IP_V4_SRC, flow.client.packed)
+    addresses += attribute(CTA_IP_V6_DST if v6 else CTA_IP_V4_DST, flow.service.address.packed)
+    ports = attribute(CTA_PROTO_NUM, bytes([IP_PROTOCOL_NUMBERS[flow.service.protocol]]))
+    ports += attribute(CTA_PROTO_SRC_PORT, struct.pack(">H", flow.client_port))
+    ports += attribute(CTA_PROTO_DST_PORT, struct.pack(">H", flow.service.port))
+    original = attribute(NLA_F_NESTED | CTA_TUPLE_IP, addresses)
+    original += attribute(NLA_F_NESTED | CTA_TUPLE_PROTO, ports)
+    header = NFGEN_HEADER.pack(_family(flow.client), NFNETLINK_V0, 0)
+    return header + attribute(NLA_F_NESTED | CTA_TUPLE_ORIG, original)
+
+
 def original_tuple(flow: Flow) -> NFCTAttrTuple:
     """The tuple of the flow's first packet, by which the kernel knows the flow."""
     return NFCTAttrTuple(
@@ -115,20 +142,24 @@ def original_tuple(flow: Flow) -> NFCTAttrTuple:
 class NetlinkConntrack:
     """The kernel's conntrack table through ctnetlink (nf_conntrack_netlink).
 
-    The kernel cannot delete by a partial tuple, so this dumps the flows to the service's
-    port and deletes each one to its address whose replies come from the endpoint, as
-    kube-proxy does.
+    The kernel cannot delete by a partial tuple, so this dumps the flows to the services'
+    ports (once per protocol and port, however many endpoints go) and deletes each one to
+    their addresses whose replies come from the endpoints, as kube-proxy does; the deletes
+    go out many per sendmsg, each refusal mapped back to its target.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, batch_size: int = BATCH_SIZE) -> None:
+        # pyroute2 for the filtered dumps; the deletes go out many per sendmsg.
         self._tables = {
             4: Conntrack(nfgen_family=socket.AF_INET),
             6: Conntrack(nfgen_family=socket.AF_INET6),
         }
+        self._socket = BatchSocket(NETLINK_NETFILTER, batch_size)
 
     def close(self) -> None:
         for table in self._tables.values():
             table.close()
+        self._socket.close()
 
     def __enter__(self) -> NetlinkConntrack:
         return self
@@ -136,32 +167,45 @@ class NetlinkConntrack:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def delete_entries(
-        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
-    ) -> int:
+    def delete_entries(self, targets: Sequence[FlowTarget]) -> list[int | OpError]:
+        owners: dict[FlowTarget, list[int]] = {}
+        for index, target in enumerate(targets):
+            owners.setdefault(target, []).append(index)
+        requests: list[Request] = []
+        requested_by: list[int] = []
+        for flow in self._flows_to({(service, endpoint) for service, endpoint in targets}):
+            for index in owners.get(flow.target(), ()):
+                requests.append((CT_DELETE, 0, _delete_body(flow)))
+                requested_by.append(index)
+        results: list[int | OpError] = [0] * len(targets)
+        for index, error in zip(requested_by, self._socket.apply(requests), strict=True):
+            done = results[index]
+            if isinstance(done, OpError):
+                continue
+            if error is None:
+                results[index] = done + 1
+            # A flow may expire between the dump and its delete: gone either way.
+            elif error.errno != errno.ENOENT:
+                results[index] = error
+        return results
+
+    def _flows_to(self, targets: set[FlowTarget]) -> list[Flow]:
+        """The flows to the targets' protocols and ports, one filtered dump for each pair.
+
+        The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
+        an IPv6 address filter matched nothing, so the caller compares the address.
+        """
+        found = []
+        ports = {(s.address.version, s.protocol, s.port) for s, _ in targets}
         with refusals_as_os_errors():
-            table = self._tables[service.address.version]
-            # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
-            # an IPv6 address filter matched nothing, so the address is compared here.
-            to_service = NFCTAttrTuple(
-                family=_family(service.address),
-                proto=IP_PROTOCOL_NUMBERS[protocol],
-                dport=service.port,
-            )
-            doomed = [
-                flow
-                for message in table.dump(tuple_orig=to_service)
-                if (flow := decode_flow(message)) is not None
-                and flow.matches(protocol, service, endpoint)
-            ]
-            deleted = 0
-            for flow in doomed:
-                try:
-                    table.entry("del", tuple_orig=original_tuple(flow))
-                except NetlinkError as error:
-                    # The flow may have expired between the dump and the delete.
-                    if error.code != errno.ENOENT:
-                        raise
-                    continue
-                deleted += 1
-            return deleted
+            for version, protocol, port in sorted(ports):
+                to_port = NFCTAttrTuple(
+                    family=socket.AF_INET if version == 4 else socket.AF_INET6,
+                    proto=IP_PROTOCOL_NUMBERS[protocol],
+                    dport=port,
+                )
+                for message in self._tables[version].dump(tuple_orig=to_port):
+                    flow = decode_flow(message)
+                    if flow is not None:
+                        found.append(flow)
+        return found

@@ -27,12 +27,18 @@ class EntryError(ValueError):
     """An entry that does not fit its set's type or family."""
 
 
-class SysctlError(Exception):
-    """A kernel parameter could not be read or set; the message is one line."""
-
-
 class PreconditionError(Exception):
     """The machine cannot run ipvsproxy; the message says what to do, in one line."""
+
+
+class IPVSUnavailable(PreconditionError):
+    """The kernel has no IPVS and cannot load it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the kernel offers no IPVS ({reason}); load the ip_vs module (modprobe ip_vs) "
+            "or run a kernel built with CONFIG_IP_VS"
+        )
 
 
 # What a single (unbatched) kernel call raises for a refusal; anything else is a bug.

@@ -12,21 +12,25 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Sequence
+import sys
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyroute2 import IPVS
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
+from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NETLINK_GENERIC,
     NLM_F_CREATE,
     NLM_F_DUMP,
     NLM_F_EXCL,
+    NLMSG_HEADER,
     BatchSocket,
     attribute,
+    attributes,
+    generic_family_id,
 )
 from ipvsproxy.model import (
     IP_PROTOCOL_NUMBERS,
@@ -41,6 +45,7 @@ from ipvsproxy.model import (
     IPAddress,
     IPVSOp,
     IPVSTable,
+    IPVSTimeouts,
     OpError,
     RealServer,
     RealServerKey,
@@ -55,6 +60,9 @@ from ipvsproxy.model import (
 )
 
 WRITABLE_FLAGS = ~ServiceFlags.HASHED & 0xFFFF
+# What a fresh kernel has (ipvsadm -L --timeout: 900 120 300).
+KERNEL_DEFAULT_TIMEOUTS = IPVSTimeouts(tcp=900, tcp_fin=120, udp=300)
+GENL_HEADER = struct.Struct("=BBH")
 
 
 def _family(address: IPAddress) -> int:
@@ -145,7 +153,10 @@ def _attribute_types(*classes: Any) -> dict[str, int]:
 # pyroute2 knows the attribute numbers; encoding them by hand here is several times faster
 # than its generic encoder, which dominated the cost of a large batch.
 ATTRIBUTE_TYPES = _attribute_types(
-    genl_ipvs.ipvsmsg, genl_ipvs.ipvsmsg.service, genl_ipvs.ipvsmsg.dest
+    genl_ipvs.ipvsmsg,
+    genl_ipvs.ipvsmsg.service,
+    genl_ipvs.ipvsmsg.dest,
+    genl_ipvs.ipvsstats.stats64,
 )
 NATIVE_U16 = {"IPVS_SVC_ATTR_AF", "IPVS_SVC_ATTR_PROTOCOL", "IPVS_DEST_ATTR_ADDR_FAMILY"}
 BIG_ENDIAN_U16 = {"IPVS_SVC_ATTR_PORT", "IPVS_DEST_ATTR_PORT"}
@@ -176,57 +187,105 @@ def _encode_attrs(attrs: list[tuple[str, Any]]) -> bytes:
     )
 
 
-def _stats(attrs: Any) -> TrafficStats:
-    if attrs is None:
+def _timeout_attrs(timeouts: IPVSTimeouts) -> list[tuple[str, Any]]:
+    """The timeouts to set: the kernel leaves one it is not given (or given 0) as it is."""
+    return [
+        (name, seconds)
+        for name, seconds in (
+            ("IPVS_CMD_ATTR_TIMEOUT_TCP", timeouts.tcp),
+            ("IPVS_CMD_ATTR_TIMEOUT_TCP_FIN", timeouts.tcp_fin),
+            ("IPVS_CMD_ATTR_TIMEOUT_UDP", timeouts.udp),
+        )
+        if seconds
+    ]
+
+
+# Dumped messages are decoded here too, for the same reason: pyroute2's decoder cost more than
+# the kernel's whole dump.
+Attributes = dict[int, bytes]
+_T = ATTRIBUTE_TYPES
+_STATS_FIELDS = (
+    ("connections", "IPVS_STATS_ATTR_CONNS"),
+    ("packets_in", "IPVS_STATS_ATTR_INPKTS"),
+    ("packets_out", "IPVS_STATS_ATTR_OUTPKTS"),
+    ("bytes_in", "IPVS_STATS_ATTR_INBYTES"),
+    ("bytes_out", "IPVS_STATS_ATTR_OUTBYTES"),
+)
+
+
+def _number(attrs: Attributes, name: str) -> int:
+    """An unsigned attribute in host byte order, whatever its width; 0 when absent."""
+    return int.from_bytes(attrs.get(_T[name], b""), sys.byteorder)
+
+
+def _port(attrs: Attributes, name: str) -> int:
+    return int.from_bytes(attrs[_T[name]], "big")
+
+
+def _address(attrs: Attributes, name: str, family: int) -> IPAddress:
+    # The kernel sends a union nf_inet_addr: 16 bytes, an IPv4 address in the first 4.
+    packed = attrs[_T[name]]
+    if family == socket.AF_INET:
+        return ipaddress.IPv4Address(packed[:4])
+    return ipaddress.IPv6Address(packed[:16])
+
+
+def _nested(payload: bytes) -> Attributes:
+    return dict(attributes(payload))
+
+
+def _traffic(attrs: Attributes, prefix: str) -> TrafficStats:
+    """The 64-bit counters where the kernel sends them, else the 32-bit ones."""
+    payload = attrs.get(_T[f"{prefix}STATS64"]) or attrs.get(_T[f"{prefix}STATS"])
+    if payload is None:
         return TrafficStats()
-    return TrafficStats(
-        connections=attrs.get("IPVS_STATS_ATTR_CONNS") or 0,
-        packets_in=attrs.get("IPVS_STATS_ATTR_INPKTS") or 0,
-        packets_out=attrs.get("IPVS_STATS_ATTR_OUTPKTS") or 0,
-        bytes_in=attrs.get("IPVS_STATS_ATTR_INBYTES") or 0,
-        bytes_out=attrs.get("IPVS_STATS_ATTR_OUTBYTES") or 0,
-    )
+    stats = _nested(payload)
+    return TrafficStats(**{field: _number(stats, name) for field, name in _STATS_FIELDS})
 
 
-def _stats_of(attrs: Any, prefix: str) -> TrafficStats:
-    return _stats(attrs.get(f"{prefix}STATS64") or attrs.get(f"{prefix}STATS"))
+def _reply(message: bytes, kind: str) -> Attributes:
+    """The nested service or destination attributes of one dumped message."""
+    top = _nested(message[NLMSG_HEADER.size + GENL_HEADER.size :])
+    return _nested(top[_T[kind]])
 
 
-def _virtual_server(attrs: Any) -> VirtualServer | None:
+def _virtual_server(attrs: Attributes) -> VirtualServer | None:
     """None for what we do not manage (firewall-mark services)."""
-    if attrs.get("IPVS_SVC_ATTR_FWMARK"):
+    if _number(attrs, "IPVS_SVC_ATTR_FWMARK"):
         return None
-    flags = attrs.get("IPVS_SVC_ATTR_FLAGS")
+    flags, _ = struct.unpack_from("=II", attrs[_T["IPVS_SVC_ATTR_FLAGS"]])
     key = VirtualServerKey(
-        protocol=PROTOCOLS_BY_NUMBER[attrs.get("IPVS_SVC_ATTR_PROTOCOL")],
-        address=ipaddress.ip_address(attrs.get("IPVS_SVC_ATTR_ADDR")),
-        port=attrs.get("IPVS_SVC_ATTR_PORT"),
+        protocol=PROTOCOLS_BY_NUMBER[_number(attrs, "IPVS_SVC_ATTR_PROTOCOL")],
+        address=_address(attrs, "IPVS_SVC_ATTR_ADDR", _number(attrs, "IPVS_SVC_ATTR_AF")),
+        port=_port(attrs, "IPVS_SVC_ATTR_PORT"),
     )
     return VirtualServer(
         key=key,
-        scheduler=attrs.get("IPVS_SVC_ATTR_SCHED_NAME"),
-        flags=ServiceFlags(flags["flags"] & WRITABLE_FLAGS),
-        timeout=attrs.get("IPVS_SVC_ATTR_TIMEOUT") or 0,
+        scheduler=attrs[_T["IPVS_SVC_ATTR_SCHED_NAME"]].rstrip(b"\0").decode(),
+        flags=ServiceFlags(flags & WRITABLE_FLAGS),
+        timeout=_number(attrs, "IPVS_SVC_ATTR_TIMEOUT"),
     )
 
 
-def _real_server_state(attrs: Any) -> RealServerState:
+def _real_server_state(attrs: Attributes, family: int) -> RealServerState:
+    """``family``: the virtual server's, for kernels that do not send the destination's."""
+    family = _number(attrs, "IPVS_DEST_ATTR_ADDR_FAMILY") or family
     server = RealServer(
         key=RealServerKey(
-            address=ipaddress.ip_address(attrs.get("IPVS_DEST_ATTR_ADDR")),
-            port=attrs.get("IPVS_DEST_ATTR_PORT"),
+            address=_address(attrs, "IPVS_DEST_ATTR_ADDR", family),
+            port=_port(attrs, "IPVS_DEST_ATTR_PORT"),
         ),
-        weight=attrs.get("IPVS_DEST_ATTR_WEIGHT"),
-        forward=ForwardMethod(attrs.get("IPVS_DEST_ATTR_FWD_METHOD") & 0x7),
-        upper_threshold=attrs.get("IPVS_DEST_ATTR_U_THRESH") or 0,
-        lower_threshold=attrs.get("IPVS_DEST_ATTR_L_THRESH") or 0,
+        weight=_number(attrs, "IPVS_DEST_ATTR_WEIGHT"),
+        forward=ForwardMethod(_number(attrs, "IPVS_DEST_ATTR_FWD_METHOD") & 0x7),
+        upper_threshold=_number(attrs, "IPVS_DEST_ATTR_U_THRESH"),
+        lower_threshold=_number(attrs, "IPVS_DEST_ATTR_L_THRESH"),
     )
     return RealServerState(
         server=server,
-        active_connections=attrs.get("IPVS_DEST_ATTR_ACTIVE_CONNS") or 0,
-        inactive_connections=attrs.get("IPVS_DEST_ATTR_INACT_CONNS") or 0,
-        persistent_connections=attrs.get("IPVS_DEST_ATTR_PERSIST_CONNS") or 0,
-        stats=_stats_of(attrs, "IPVS_DEST_ATTR_"),
+        active_connections=_number(attrs, "IPVS_DEST_ATTR_ACTIVE_CONNS"),
+        inactive_connections=_number(attrs, "IPVS_DEST_ATTR_INACT_CONNS"),
+        persistent_connections=_number(attrs, "IPVS_DEST_ATTR_PERSIST_CONNS"),
+        stats=_traffic(attrs, "IPVS_DEST_ATTR_"),
     )
 
 
@@ -234,12 +293,13 @@ class NetlinkIPVS:
     """The kernel's IPVS table through the "IPVS" generic netlink family."""
 
     def __init__(self, batch_size: int = BATCH_SIZE) -> None:
-        resolver = IPVS()
-        try:
-            self._family_id: int = resolver.prid
-        finally:
-            resolver.close()
+        """IPVSUnavailable when the kernel has no IPVS family and cannot load ip_vs."""
         self._socket = BatchSocket(NETLINK_GENERIC, batch_size)
+        try:
+            self._family_id = generic_family_id(self._socket, genl_ipvs.GENL_NAME)
+        except OSError as error:
+            self._socket.close()
+            raise IPVSUnavailable(error.strerror or str(error)) from None
 
     def close(self) -> None:
         self._socket.close()
@@ -251,7 +311,7 @@ class NetlinkIPVS:
         self.close()
 
     def _body(self, command: int, attrs: list[tuple[str, Any]]) -> bytes:
-        return struct.pack("=BBH", command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
+        return GENL_HEADER.pack(command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         requests = []
@@ -260,35 +320,65 @@ class NetlinkIPVS:
             requests.append((self._family_id, flags, self._body(command, attrs)))
         return self._socket.apply(requests)
 
-    def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[Any]:
-        decoded = []
-        for message in self._socket.request(
-            self._family_id, NLM_F_DUMP, self._body(command, attrs)
-        ):
-            reply = genl_ipvs.ipvsmsg(message)
-            reply.decode()
-            decoded.append(reply)
-        return decoded
+    def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[bytes]:
+        return self._socket.request(self._family_id, NLM_F_DUMP, self._body(command, attrs))
+
+    def timeouts(self) -> IPVSTimeouts:
+        (reply,) = self._socket.request(
+            self._family_id, 0, self._body(genl_ipvs.IPVS_CMD_GET_CONFIG, [])
+        )
+        found = _nested(reply[NLMSG_HEADER.size + GENL_HEADER.size :])
+        return IPVSTimeouts(
+            tcp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP"),
+            tcp_fin=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP_FIN"),
+            udp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_UDP"),
+        )
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        body = self._body(genl_ipvs.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
+        self._socket.request(self._family_id, 0, body)
 
     def dump(self) -> IPVSTable:
+        """Every virtual server, then the destinations of each, one dump request apiece.
+
+        The kernel dumps destinations only of a service named in the request, and a netlink
+        socket runs one dump at a time (a second in the same sendmsg is refused with EBUSY),
+        so these requests cannot be batched as writes are.
+        """
         table: dict[VirtualServerKey, VirtualServerState] = {}
-        for reply in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
-            attrs = reply.get_attr("IPVS_CMD_ATTR_SERVICE")
+        for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
+            attrs = _reply(message, "IPVS_CMD_ATTR_SERVICE")
             server = _virtual_server(attrs)
             if server is None:
                 continue
-            dests = self._dump(
+            family = _family(server.key.address)
+            real_servers = {}
+            for dest in self._dump(
                 genl_ipvs.IPVS_CMD_GET_DEST,
                 [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(server.key)))],
-            )
-            real_servers = {}
-            for dest_reply in dests:
-                state = _real_server_state(dest_reply.get_attr("IPVS_CMD_ATTR_DEST"))
+            ):
+                state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family)
                 real_servers[state.server.key] = state
             table[server.key] = VirtualServerState(
-                server, real_servers, _stats_of(attrs, "IPVS_SVC_ATTR_")
+                server, real_servers, _traffic(attrs, "IPVS_SVC_ATTR_")
             )
         return table
+
+
+class AbsentIPVS:
+    """The IPVS of a kernel that has none and cannot load it: nothing to read or remove."""
+
+    def dump(self) -> IPVSTable:
+        return {}
+
+    def timeouts(self) -> IPVSTimeouts:
+        return IPVSTimeouts()
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        raise OSError(errno.EPROTONOSUPPORT, "the kernel has no IPVS")
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        return [_refusal(errno.EPROTONOSUPPORT) for _ in ops]
 
 
 @dataclass
@@ -306,8 +396,21 @@ def _refusal(code: int) -> OpError:
 class FakeIPVS:
     """An in-memory IPVS table that refuses ops with the errnos the kernel uses."""
 
-    def __init__(self) -> None:
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
+        """``schedulers``: those the kernel has or can load a module for."""
         self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
+        self._schedulers = frozenset(schedulers)
+        self._timeouts = KERNEL_DEFAULT_TIMEOUTS
+
+    def timeouts(self) -> IPVSTimeouts:
+        return self._timeouts
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        self._timeouts = IPVSTimeouts(
+            tcp=timeouts.tcp or self._timeouts.tcp,
+            tcp_fin=timeouts.tcp_fin or self._timeouts.tcp_fin,
+            udp=timeouts.udp or self._timeouts.udp,
+        )
 
     def dump(self) -> IPVSTable:
         return {
@@ -341,7 +444,7 @@ class FakeIPVS:
                     return _refusal(errno.EEXIST)
                 if isinstance(op, UpdateVirtualServer) and not exists:
                     return _refusal(errno.ESRCH)
-                if server.scheduler not in SCHEDULERS:
+                if server.scheduler not in self._schedulers:
                     return _refusal(errno.ENOENT)
                 stored = VirtualServer(
                     server.key, server.scheduler, server.flags & WRITABLE_FLAGS, server.timeout

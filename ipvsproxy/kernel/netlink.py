@@ -7,6 +7,7 @@ conntrack (netfilter netlink) all go through this, with their own message encodi
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -37,6 +38,11 @@ NLA_HEADER = struct.Struct("=HH")
 # Acks of one sendmsg queue on our socket until we read them; keep a batch well inside it.
 BATCH_SIZE = 256
 RECEIVE_BUFFER = 8 * 1024 * 1024
+
+GENL_ID_CTRL = 0x10
+CTRL_CMD_GETFAMILY = 3
+CTRL_ATTR_FAMILY_ID = 1
+CTRL_ATTR_FAMILY_NAME = 2
 
 # (message type, extra netlink flags, body after the netlink header)
 Request = tuple[int, int, bytes]
@@ -161,3 +167,19 @@ class BatchSocket:
                         raise OSError(code, self._describe(code))
                     return replies
                 replies.append(message)
+
+
+def generic_family_id(sock: BatchSocket, name: str) -> int:
+    """The id of the generic netlink family ``name``; OSError (ENOENT) if the kernel has none.
+
+    Asking is what makes the kernel load the family's module when one provides it (the
+    "net-pf-16-proto-16-family-NAME" module alias), as it does for IPVS and ip_vs.
+    """
+    body = struct.pack("=BBH", CTRL_CMD_GETFAMILY, 1, 0) + attribute(
+        CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0"
+    )
+    for reply in sock.request(GENL_ID_CTRL, 0, body):
+        for kind, payload in attributes(reply, NLMSG_HEADER.size + 4):
+            if kind == CTRL_ATTR_FAMILY_ID:
+                return int(struct.unpack_from("=H", payload)[0])
+    raise OSError(errno.ENOENT, f"no generic netlink family {name}")

@@ -1,14 +1,34 @@
-"""What the machine must offer before ipvsproxy touches the kernel, each lack in one line."""
+"""What the machine must offer before ipvsproxy touches the kernel, each lack in one line.
+
+Nothing is judged from files but the capability: the kernel loads ip_vs when the IPVS
+generic netlink family is asked for, and a scheduler's module when a virtual server first
+uses it, so the only honest test is to ask it, as kube-proxy does (a throwaway virtual
+server with the scheduler, deleted at once).
+"""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 from collections.abc import Iterable
 from pathlib import Path
 
 from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.protocols import IPVSKernel
+from ipvsproxy.model import (
+    AddVirtualServer,
+    DeleteVirtualServer,
+    TransportProtocol,
+    VirtualServer,
+    VirtualServerKey,
+)
 
 # linux/capability.h: the one capability programming IPVS, addresses and netfilter needs.
 CAP_NET_ADMIN = 12
+# RFC 2544's benchmarking range: never a service, pod or node address.
+PROBE_ADDRESS = ipaddress.IPv4Address("198.18.0.1")
+# Ports tried in turn should a virtual server already sit on the first (it is never touched).
+PROBE_PORTS = (20000, 20001, 20002, 20003)
 
 
 def effective_capabilities(proc: Path = Path("/proc")) -> int:
@@ -20,21 +40,38 @@ def effective_capabilities(proc: Path = Path("/proc")) -> int:
     return 0
 
 
-def check_ipvs(
-    schedulers: Iterable[str] = (),
-    *,
-    proc: Path = Path("/proc"),
-    modules: Path = Path("/sys/module"),
-) -> None:
+def require_net_admin(proc: Path = Path("/proc")) -> None:
     # The capability, not the user id: root in a container without NET_ADMIN cannot write
     # IPVS, and a non-root process granted NET_ADMIN can.
     if not effective_capabilities(proc) >> CAP_NET_ADMIN & 1:
         raise PreconditionError(
             "ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS"
         )
-    if not (proc / "net" / "ip_vs").exists():
-        raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
-    missing = sorted(s for s in set(schedulers) if not (modules / f"ip_vs_{s}").exists())
-    if missing:
-        names = " ".join(f"ip_vs_{s}" for s in missing)
-        raise PreconditionError(f"IPVS scheduler modules are not loaded; run modprobe {names}")
+
+
+def check_schedulers(ipvs: IPVSKernel, schedulers: Iterable[str]) -> None:
+    """Raise unless the kernel accepts a virtual server with each scheduler (loading its module)."""
+    for scheduler in sorted(set(schedulers)):
+        _probe(ipvs, scheduler)
+
+
+def _probe(ipvs: IPVSKernel, scheduler: str) -> None:
+    for port in PROBE_PORTS:
+        probe = VirtualServer(
+            VirtualServerKey(TransportProtocol.TCP, PROBE_ADDRESS, port), scheduler
+        )
+        (refused,) = ipvs.apply([AddVirtualServer(probe)])
+        if refused is None:
+            ipvs.apply([DeleteVirtualServer(probe.key)])
+            return
+        if refused.errno == errno.EEXIST:
+            continue
+        raise PreconditionError(
+            f"the kernel refuses IPVS scheduler {scheduler!r} ({refused.message}); load its "
+            f"module (modprobe ip_vs_{scheduler}) or choose another with --ipvs-scheduler"
+        )
+    taken = ", ".join(f"{PROBE_ADDRESS}:{port}" for port in PROBE_PORTS)
+    raise PreconditionError(
+        f"cannot test IPVS scheduler {scheduler!r}: virtual servers already use {taken}; "
+        "delete them (ipvsadm -D -t ADDRESS:PORT)"
+    )

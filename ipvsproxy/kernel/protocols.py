@@ -20,8 +20,9 @@ from ipvsproxy.model import (
     IptablesRuleset,
     IPVSOp,
     IPVSTable,
+    IPVSTimeouts,
+    OpError,
     RealServerKey,
-    TransportProtocol,
     VirtualServerKey,
 )
 
@@ -33,6 +34,14 @@ class IPVSKernel(Protocol):
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         """Apply ops in order, batched; one result per op. A failed op never stops the rest."""
+        ...
+
+    def timeouts(self) -> IPVSTimeouts:
+        """The connection timeouts (TCP, TCP after FIN, UDP) in seconds."""
+        ...
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        """Set the non-zero timeouts and leave the others (ipvsadm --set); OSError if refused."""
         ...
 
 
@@ -96,9 +105,13 @@ class SysctlKernel(Protocol):
 
 class ConntrackKernel(Protocol):
     def delete_entries(
-        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
-    ) -> int:
-        """Delete flows to ``service`` that were NATed to ``endpoint``; return how many."""
+        self, targets: Sequence[tuple[VirtualServerKey, RealServerKey]]
+    ) -> list[int | OpError]:
+        """Delete the flows to each service (protocol, address, port) NATed to its endpoint.
+
+        The deletes go out batched; per target, how many flows went, or the kernel's refusal.
+        OSError when the flows cannot be read at all.
+        """
         ...
 
 

@@ -134,6 +134,8 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
     virtual server on it could not be deleted (it would stop being ours, and leak).
     """
     run = _Applier(kernel)
+    for sysctl in plan.sysctls:
+        run.call(sysctl, partial(kernel.sysctl.set, sysctl.name, sysctl.value))
     if plan.create_interface:
         run.call(
             EnsureInterface(plan.interface),
@@ -145,6 +147,8 @@ def apply_plan(kernel: Kernel, plan: SyncPlan) -> ApplyOutcome:
         run.ipset(op)
     for ruleset in plan.iptables:
         run.call(RestoreIptables(ruleset), partial(kernel.iptables.restore, ruleset))
+    for timeouts in plan.timeouts:
+        run.call(timeouts, partial(kernel.ipvs.set_timeouts, timeouts.timeouts))
     run.ipvs(plan.ipvs.changes)
     _remove(run, plan)
     _flush_deleted(run, plan)
@@ -163,12 +167,20 @@ def _remove(run: _Applier, plan: SyncPlan) -> None:
 def _flush_deleted(run: _Applier, plan: SyncPlan) -> None:
     """Forget flows only to real servers that are really gone; new flows could not reach them."""
     deleted = {op for op in run.applied if isinstance(op, DeleteRealServer | DeleteVirtualServer)}
+    flushes: list[FlushConntrack] = []
     for flush in plan.ipvs.flushes:
         gone = DeleteRealServer(flush.virtual, flush.real) in deleted
         if gone or DeleteVirtualServer(flush.virtual) in deleted:
-            run.call(flush, partial(_flush, run.kernel, flush))
+            flushes.append(flush)
         else:
             run.held_back.append(flush)
+    if not flushes:
+        return
+    try:
+        results = run.kernel.conntrack.delete_entries([(f.virtual, f.real) for f in flushes])
+    except KERNEL_ERRORS as error:
+        results = [refusal(error)] * len(flushes)
+    run.batch(flushes, [result if isinstance(result, OpError) else None for result in results])
 
 
 def _unbind(run: _Applier, plan: SyncPlan) -> None:
@@ -177,7 +189,3 @@ def _unbind(run: _Applier, plan: SyncPlan) -> None:
     unbind = [op for op in plan.unbind if op.address not in kept]
     if unbind:
         run.batch(unbind, run.kernel.addresses.apply(plan.interface, unbind))
-
-
-def _flush(kernel: Kernel, flush: FlushConntrack) -> int:
-    return kernel.conntrack.delete_entries(flush.virtual.protocol, flush.virtual, flush.real)

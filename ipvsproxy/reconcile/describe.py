@@ -13,8 +13,11 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     EnsureInterface,
     FlushConntrack,
+    IPVSTimeouts,
     PlanOp,
     RestoreIptables,
+    SetIPVSTimeouts,
+    SetSysctl,
     UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
@@ -25,8 +28,17 @@ def _entries(entries: tuple[str, ...]) -> str:
     return entries[0] if len(entries) == 1 else f"{len(entries)} entries"
 
 
+def _timeouts(timeouts: IPVSTimeouts) -> str:
+    named = (("tcp", timeouts.tcp), ("tcpfin", timeouts.tcp_fin), ("udp", timeouts.udp))
+    return ", ".join(f"{name} {seconds}s" for name, seconds in named if seconds)
+
+
 def describe(op: PlanOp) -> str:
     match op:
+        case SetSysctl(name, value, current):
+            return f"set sysctl {name} {'(absent)' if current is None else current} -> {value}"
+        case SetIPVSTimeouts(timeouts):
+            return f"set IPVS timeouts {_timeouts(timeouts)}"
         case EnsureInterface(name):
             return f"create interface {name}"
         case BindAddress(address):

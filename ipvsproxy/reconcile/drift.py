@@ -26,6 +26,8 @@ from ipvsproxy.model import (
     PlanOp,
     RealServerRef,
     RestoreIptables,
+    SetIPVSTimeouts,
+    SetSysctl,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
@@ -45,6 +47,8 @@ class AppliedRecord:
     ipsets: frozenset[str] = frozenset()
     ipset_entries: frozenset[tuple[str, str]] = frozenset()
     iptables: frozenset[IPFamily] = frozenset()
+    sysctls: frozenset[str] = frozenset()
+    timeouts_failed: bool = False
 
 
 def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRecord:
@@ -56,6 +60,8 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
     ipsets: set[str] = set()
     entries: set[tuple[str, str]] = set()
     iptables: set[IPFamily] = set()
+    sysctls: set[str] = set()
+    timeouts_failed = False
     for op in failed:
         match op:
             case EnsureInterface():
@@ -72,6 +78,10 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
                 entries.update((name, e) for e in failed_entries)
             case RestoreIptables(ruleset):
                 iptables.add(ruleset.family)
+            case SetSysctl(name):
+                sysctls.add(name)
+            case SetIPVSTimeouts():
+                timeouts_failed = True
     return AppliedRecord(
         desired,
         interface_failed,
@@ -81,6 +91,8 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
         frozenset(ipsets),
         frozenset(entries),
         frozenset(iptables),
+        frozenset(sysctls),
+        timeouts_failed,
     )
 
 
@@ -132,4 +144,9 @@ def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
                     _ruleset(before, ruleset.family) == ruleset
                     and ruleset.family not in record.iptables
                 )
+            # The wanted parameters never change within a process: any repeat is a repair.
+            case SetSysctl(name):
+                drift["sysctl"] += name not in record.sysctls
+            case SetIPVSTimeouts():
+                drift["ipvs_timeouts"] += not record.timeouts_failed
     return +drift

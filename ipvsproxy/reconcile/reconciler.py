@@ -16,6 +16,7 @@ from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     DesiredState,
+    IPVSTimeouts,
     PlanOp,
     RealServerRef,
     RestoreIptables,
@@ -26,7 +27,7 @@ from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
 from ipvsproxy.reconcile.scoped import restrict
 from ipvsproxy.reconcile.state import KernelState, observe
-from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
+from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class ReconcilerSettings:
     # Longest a removed TCP real server keeps weight 0 waiting for its connections, seconds.
     grace_period: float = DEFAULT_GRACE_PERIOD
     interface: str = DUMMY_INTERFACE
+    # --ipvs-strict-arp: arp_ignore=1, arp_announce=2.
+    strict_arp: bool = False
+    # --ipvs-tcp-timeout and friends; 0 leaves the kernel's.
+    ipvs_timeouts: IPVSTimeouts = UNSET_TIMEOUTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,8 @@ class Reconciler:
             now=self._clock(),
             grace_period=self._settings.grace_period,
             interface=self._settings.interface,
+            strict_arp=self._settings.strict_arp,
+            timeouts=self._settings.ipvs_timeouts,
         )
 
     def sync(

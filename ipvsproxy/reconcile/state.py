@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable
+from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
+from ipvsproxy.reconcile import parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,9 +18,14 @@ class KernelState:
     # Addresses bound on the dummy interface.
     bound_addresses: frozenset[IPAddress] = frozenset()
     ipsets: Mapping[str, IPSetContent] = field(default_factory=lambda: MappingProxyType({}))
+    # The kernel parameters planning reads (parameters.READ), a value None where absent;
+    # None for parameters not read (an incremental sync trusts the last full one for them).
+    sysctls: Mapping[str, str | None] | None = None
+    ipvs_timeouts: IPVSTimeouts | None = None
 
 
-EMPTY_KERNEL = KernelState()
+# A fresh kernel: nothing of ours, none of kube-proxy's parameters set.
+EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeouts())
 
 
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
@@ -28,4 +34,6 @@ def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
         ipsets=kernel.ipsets.list_sets(),
+        sysctls=MappingProxyType({name: kernel.sysctl.get(name) for name in parameters.READ}),
+        ipvs_timeouts=kernel.ipvs.timeouts(),
     )

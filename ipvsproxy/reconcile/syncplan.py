@@ -13,37 +13,47 @@ from ipvsproxy.model import (
     EnsureInterface,
     IPSetOp,
     IptablesRuleset,
+    IPVSTimeouts,
     PlanOp,
     RealServerRef,
     RestoreIptables,
+    SetIPVSTimeouts,
+    SetSysctl,
     UnbindAddress,
 )
 from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
 from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.parameters import plan_sysctls, plan_timeouts
 from ipvsproxy.reconcile.state import KernelState
+
+UNSET_TIMEOUTS = IPVSTimeouts()
 
 
 @dataclass(frozen=True, slots=True)
 class SyncPlan:
     """Apply in field order: nothing serving breaks before its replacement is in place."""
 
+    sysctls: tuple[SetSysctl, ...]
     interface: str
     create_interface: bool
     bind: tuple[BindAddress, ...]
     ipsets: tuple[IPSetOp, ...]
     iptables: tuple[IptablesRuleset, ...]
+    timeouts: tuple[SetIPVSTimeouts, ...]
     ipvs: IPVSPlan
     unbind: tuple[UnbindAddress, ...]
 
     def operations(self) -> tuple[PlanOp, ...]:
         """Every op in apply order; conntrack flushes follow the IPVS deletions they go with."""
         return (
+            *self.sysctls,
             *((EnsureInterface(self.interface),) if self.create_interface else ()),
             *self.bind,
             *self.ipsets,
             *map(RestoreIptables, self.iptables),
+            *self.timeouts,
             *self.ipvs.ops,
             *self.ipvs.flushes,
             *self.unbind,
@@ -65,16 +75,24 @@ def plan_sync(
     now: float = 0.0,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     interface: str = DUMMY_INTERFACE,
+    strict_arp: bool = False,
+    timeouts: IPVSTimeouts = UNSET_TIMEOUTS,
 ) -> SyncPlan:
-    """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination."""
+    """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination.
+
+    ``strict_arp`` and ``timeouts`` (--ipvs-strict-arp, --ipvs-*-timeout) choose the kernel
+    parameters to set.
+    """
     bind, unbind = plan_addresses(desired, actual.bound_addresses)
     owned = owned_addresses(desired, actual.bound_addresses)
     return SyncPlan(
+        sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp),
         interface=interface,
         create_interface=not actual.interface_exists,
         bind=bind,
         ipsets=plan_ipsets(desired.ipsets, actual.ipsets),
         iptables=desired.iptables,
+        timeouts=plan_timeouts(timeouts, actual.ipvs_timeouts),
         ipvs=plan_ipvs(
             desired, actual.ipvs, owned, drains=drains, now=now, grace_period=grace_period
         ),

@@ -117,6 +117,14 @@ def _topology(
     return None
 
 
+def has_usable_endpoints(candidates: Candidates) -> bool:
+    """kube-proxy's hasAnyEndpoints: an endpoint anywhere is ready, or serving and terminating."""
+    return any(
+        ep.conditions.ready or (ep.conditions.serving and ep.conditions.terminating)
+        for _, ep in candidates.values()
+    )
+
+
 def choose_endpoints(
     candidates: Candidates,
     node_name: str | None,

@@ -26,8 +26,6 @@ from ipvsproxy.model import (
 from ipvsproxy.translate.ipsets import SETS, set_name
 from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
-MASQ_BIT = 0x4000
-MASQ_MARK = f"{MASQ_BIT:#x}/{MASQ_BIT:#x}"
 Rule = tuple[str, ...]
 
 
@@ -187,7 +185,19 @@ def _services(
             rules.add("nat", "KUBE-SERVICES", *_set(base, family, "dst,dst"), "-j", "ACCEPT")
 
 
-def _filters(rules: _Rules, family: IPFamily, no_node_access: list[VirtualServerKey]) -> None:
+def _masquerade_value(settings: Settings) -> int:
+    """kube-proxy's masquerade mark: bit --iptables-masquerade-bit of the packet mark."""
+    return 1 << settings.masquerade_bit
+
+
+def _masquerade_mark(settings: Settings) -> str:
+    value = _masquerade_value(settings)
+    return f"{value:#x}/{value:#x}"
+
+
+def _filters(
+    rules: _Rules, family: IPFamily, settings: Settings, no_node_access: list[VirtualServerKey]
+) -> None:
     """The filter table: forwarding, health checks, firewall tail and VIP access filters."""
     rules.add("filter", "KUBE-SOURCE-RANGES-FIREWALL", "-j", "DROP")
     host = 32 if family is IPFamily.IPV4 else 128
@@ -204,7 +214,7 @@ def _filters(rules: _Rules, family: IPFamily, no_node_access: list[VirtualServer
         "filter",
         "KUBE-FORWARD",
         *_comment("kubernetes forwarding rules"),
-        *_args(f"-m mark --mark {MASQ_MARK} -j ACCEPT"),
+        *_args(f"-m mark --mark {_masquerade_mark(settings)} -j ACCEPT"),
     )
     rules.add(
         "filter",
@@ -234,18 +244,20 @@ def _filters(rules: _Rules, family: IPFamily, no_node_access: list[VirtualServer
     )
 
 
-def _masquerade(rules: _Rules) -> None:
+def _masquerade(rules: _Rules, settings: Settings) -> None:
     """KUBE-POSTROUTING masquerades marked packets; KUBE-MARK-MASQ marks them."""
-    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-m mark ! --mark {MASQ_MARK} -j RETURN"))
+    mark = _masquerade_mark(settings)
+    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-m mark ! --mark {mark} -j RETURN"))
     # Clear the mark so a packet that re-traverses the stack is not masqueraded twice.
-    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-j MARK --set-xmark {MASQ_BIT:#x}/0x0"))
+    clear = f"{_masquerade_value(settings):#x}/0x0"
+    rules.add("nat", "KUBE-POSTROUTING", *_args(f"-j MARK --set-xmark {clear}"))
     rules.add(
         "nat",
         "KUBE-POSTROUTING",
         *_comment("kubernetes service traffic requiring SNAT"),
         *_args("-j MASQUERADE --random-fully"),
     )
-    rules.add("nat", "KUBE-MARK-MASQ", *_args(f"-j MARK --set-xmark {MASQ_MARK}"))
+    rules.add("nat", "KUBE-MARK-MASQ", *_args(f"-j MARK --set-xmark {mark}"))
 
 
 def _ruleset(
@@ -265,8 +277,8 @@ def _ruleset(
             rules.add(table, chain, *prefix, *_commented_set(base, family, flags), "-j", target)
     _services(rules, family, settings, filled, pod_cidrs)
     rules.add("nat", "KUBE-LOAD-BALANCER", "-j", "KUBE-MARK-MASQ")
-    _filters(rules, family, no_node_access)
-    _masquerade(rules)
+    _filters(rules, family, settings, no_node_access)
+    _masquerade(rules, settings)
     return IptablesRuleset(family, rules.frozen(), JUMPS)
 
 

@@ -29,6 +29,8 @@ class Settings:
     # --nodeport-addresses=primary: NodePorts only on the node's primary IP of each family.
     nodeport_primary: bool = False
     masquerade_all: bool = False
+    # --iptables-masquerade-bit: the packet-mark bit that asks for SNAT.
+    masquerade_bit: int = 14
     cluster_cidr: tuple[IPNetwork, ...] = ()
     detect_local_mode: LocalDetectMode = LocalDetectMode.CLUSTER_CIDR
     bridge_interface: str = ""

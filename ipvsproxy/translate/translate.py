@@ -12,10 +12,12 @@ from ipvsproxy.address_rules import unusable_reason
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
+    TRAFFIC_POLICY_SCOPES,
     AddressKind,
     ClusterSnapshot,
     DesiredState,
     DesiredVirtualServer,
+    Endpoint,
     EndpointSlice,
     IPAddress,
     IPFamily,
@@ -38,8 +40,10 @@ from ipvsproxy.translate.conflicts import Claim, Claims
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
+    Candidates,
     choose_endpoints,
     find_candidates,
+    has_usable_endpoints,
 )
 from ipvsproxy.translate.ipsets import Firewall, build_ipsets
 from ipvsproxy.translate.iptables import build_iptables
@@ -77,6 +81,8 @@ class _ServiceState:
     hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
+    # Which Local traffic policies ("internal", "external") found endpoints, none on this node.
+    no_local_endpoints: set[str] = field(default_factory=set)
     rejections: list[Rejection] = field(default_factory=list)
 
 
@@ -243,12 +249,13 @@ def _service_state(
                 for real, ep in found.values()
                 if ep.node_name == node.name
             )
-        chosen: dict[tuple[IPFamily, bool], Mapping[RealServerKey, RealServer]] = {}
+        chosen: dict[tuple[IPFamily, bool, bool], Mapping[RealServerKey, RealServer]] = {}
         for address, number, kind, local_only in targets:
             family = IPFamily.of(address)
-            scope = (family, local_only)
+            internal = kind is AddressKind.CLUSTER_IP
+            scope = (family, local_only, local_only and internal)
             if scope not in chosen:
-                usable = choose_endpoints(candidates[family], node.name, local_only, node.zone)
+                usable = _usable_endpoints(candidates[family], node, local_only, internal, state)
                 chosen[scope] = MappingProxyType({real: RealServer(real) for real in usable})
             reals = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
@@ -274,6 +281,27 @@ def _service_state(
                 kind=kind,
             )
     return state
+
+
+def _usable_endpoints(
+    candidates: Candidates,
+    node: NodeFacts,
+    local_only: bool,
+    internal: bool,
+    state: _ServiceState,
+) -> dict[RealServerKey, Endpoint]:
+    """The endpoints a virtual server gets; Local with none on this node falls back as kube-proxy.
+
+    kube-proxy's IPVS proxier (kubernetes#97081) gives an external virtual server the
+    cluster-wide endpoints when the policy is Local and none is on this node, so this node's
+    pods still reach the service through its NodePort, external or load-balancer IPs; outside
+    clients are kept away by the health-check node port. A Local cluster IP keeps none.
+    """
+    usable = choose_endpoints(candidates, node.name, local_only, node.zone)
+    if not local_only or usable or not has_usable_endpoints(candidates):
+        return usable
+    state.no_local_endpoints.add("internal" if internal else "external")
+    return usable if internal else choose_endpoints(candidates, node.name, False, node.zone)
 
 
 class ServiceCache:
@@ -372,6 +400,7 @@ def translate(
     claims: Claims[_ServiceState] = Claims()
     hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
     health_checks: dict[ObjectKey, int] = {}
+    no_local_endpoints = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
     health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
@@ -397,6 +426,8 @@ def translate(
             lost = claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
             if lost is not None:
                 rejections.append(lost)
+        for scope in found.no_local_endpoints:
+            no_local_endpoints[scope] += 1
         if (
             service.type is ServiceType.LOAD_BALANCER
             and service.external_traffic_policy is TrafficPolicy.LOCAL
@@ -426,5 +457,6 @@ def translate(
         iptables=build_iptables(settings, ipsets, no_node_access, node.pod_cidrs),
         exclude_cidrs=settings.exclude_cidrs,
         health_check_node_ports=MappingProxyType(health_checks),
+        no_local_endpoints=MappingProxyType(no_local_endpoints),
         rejections=tuple(rejections),
     )

@@ -51,7 +51,8 @@ def pod_spec(objects: list[Manifest]) -> Manifest:
 
 
 def proxy_container(objects: list[Manifest]) -> Manifest:
-    (container,) = (c for c in pod_spec(objects)["containers"] if c["name"] == "ipvsproxy")
+    containers: list[Manifest] = pod_spec(objects)["containers"]
+    (container,) = (c for c in containers if c["name"] == "ipvsproxy")
     return container
 
 

@@ -13,8 +13,9 @@ from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack
 from ipvsproxy.kernel.ipset.fake import FakeIPSets
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.backend import detect_backend
 from ipvsproxy.kernel.iptables.command import binary
-from ipvsproxy.kernel.iptables.restore import CommandNetfilter, FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel
@@ -83,8 +84,7 @@ def conntrack() -> Iterator[FakeConntrack | SeededConntrack]:
         yield kernel
     finally:
         # Seeded flows would live on for minutes: delete what this test left.
-        for flow in kernel.flows() - before:
-            kernel.delete_entries(flow.service.protocol, flow.service, flow.endpoint)
+        kernel.delete_entries([flow.target() for flow in kernel.flows() - before])
         kernel.close()
 
 
@@ -97,11 +97,13 @@ def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
     iptables = shutil.which("iptables-legacy") or "iptables"
     chain = ("-t", "filter", "-w")
     subprocess.run([iptables, *chain, "-N", HOLD_CHAIN], check=True)
+
+    def match_on(name: str) -> None:
+        rule = ["-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"]
+        subprocess.run([iptables, *chain, *rule], check=True)
+
     try:
-        yield lambda name: subprocess.run(
-            [iptables, *chain, "-A", HOLD_CHAIN, "-m", "set", "--match-set", name, "dst"],
-            check=True,
-        )
+        yield match_on
     finally:
         subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
         subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)
@@ -115,25 +117,35 @@ def _run(*command: str, stdin: str = "") -> None:
     subprocess.run(command, input=stdin, text=True, check=True, capture_output=True)
 
 
-@pytest.fixture
-def iptables() -> Iterator[IptablesRestore | FakeIptables]:
-    if not IN_LAB:
-        yield FakeIptables(ipset_names=lambda: set(TEST_IPSETS.values()))
-        return
+@pytest.fixture(scope="session")
+def iptables_backend() -> Iterator[str]:
+    """The backend, and the sets the contract's rules match, once per lab boot: a process start
+    is the dearest thing inside UML and a detection takes six. Detection itself is proven in
+    tests/kernel/test_iptables_kernel.py."""
     for family, name in TEST_IPSETS.items():
         inet = "inet" if family is IPFamily.IPV4 else "inet6"
         _run("ipset", "create", name, "hash:ip,port", "family", inet, "-exist")
-    kernel = IptablesRestore()
+    try:
+        yield detect_backend()
+    finally:
+        for name in TEST_IPSETS.values():
+            _run("ipset", "destroy", name)
+
+
+@pytest.fixture
+def iptables(request: pytest.FixtureRequest) -> Iterator[IptablesRestore | FakeIptables]:
+    if not IN_LAB:
+        yield FakeIptables(ipset_names=lambda: set(TEST_IPSETS.values()))
+        return
+    backend: str = request.getfixturevalue("iptables_backend")
+    kernel = IptablesRestore(backend)
     saved = {family: kernel.netfilter.save(family) for family in IPFamily}
     try:
         yield kernel
     finally:
         # The lab kernel is shared by the whole session: put every table back as it was.
-        backend = CommandNetfilter().backend
         for family, text in saved.items():
             # A table never used before is missing from the save: restore it empty.
             tables: Tables = {t: {c: [] for c in BUILTIN_CHAINS[t]} for t in ("nat", "filter")}
             tables.update(parse_save(text))
             _run(binary(backend, family, "restore"), "--wait", stdin=render_save(tables))
-        for name in TEST_IPSETS.values():
-            _run("ipset", "destroy", name)

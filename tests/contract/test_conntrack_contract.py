@@ -36,7 +36,7 @@ def test_deletes_exactly_the_flows_of_one_endpoint(
     conntrack.add_flow(gone)
     conntrack.add_flow(staying)
 
-    assert conntrack.delete_entries(protocol, service, gone.endpoint) == 1
+    assert conntrack.delete_entries([(service, gone.endpoint)]) == [1]
 
     flows = conntrack.flows()
     assert gone not in flows
@@ -50,9 +50,9 @@ def test_deleting_nothing_returns_zero(
     service, flow, other = _flows(family, TransportProtocol.UDP)
     conntrack.add_flow(flow)
 
-    assert conntrack.delete_entries(TransportProtocol.UDP, service, other.endpoint) == 0
+    assert conntrack.delete_entries([(service, other.endpoint)]) == [0]
     elsewhere = VirtualServerKey(TransportProtocol.UDP, service.address, 54)
-    assert conntrack.delete_entries(TransportProtocol.UDP, elsewhere, flow.endpoint) == 0
+    assert conntrack.delete_entries([(elsewhere, flow.endpoint)]) == [0]
     assert flow in conntrack.flows()
 
 
@@ -63,9 +63,9 @@ def test_a_tcp_flow_is_not_deleted_by_a_udp_request(
     conntrack.add_flow(tcp_flow)
 
     udp_service = VirtualServerKey(TransportProtocol.UDP, service.address, service.port)
-    assert conntrack.delete_entries(TransportProtocol.UDP, udp_service, tcp_flow.endpoint) == 0
+    assert conntrack.delete_entries([(udp_service, tcp_flow.endpoint)]) == [0]
     assert tcp_flow in conntrack.flows()
-    assert conntrack.delete_entries(TransportProtocol.TCP, service, tcp_flow.endpoint) == 1
+    assert conntrack.delete_entries([(service, tcp_flow.endpoint)]) == [1]
     assert tcp_flow not in conntrack.flows()
 
 
@@ -74,5 +74,27 @@ def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | Seeded
     for port in range(40001, 40006):
         conntrack.add_flow(Flow(service, flow.endpoint, flow.client, port))
 
-    assert conntrack.delete_entries(TransportProtocol.UDP, service, flow.endpoint) == 5
+    assert conntrack.delete_entries([(service, flow.endpoint)]) == [5]
     assert not [f for f in conntrack.flows() if f.endpoint == flow.endpoint]
+
+
+def test_many_targets_go_in_one_call_each_with_its_count(
+    conntrack: FakeConntrack | SeededConntrack,
+) -> None:
+    service, first, second = _flows("IPv4", TransportProtocol.UDP)
+    other_service, other, _ = _flows("IPv6", TransportProtocol.UDP)
+    for flow in (first, second, other):
+        conntrack.add_flow(flow)
+    nothing = VirtualServerKey(TransportProtocol.UDP, service.address, 54)
+
+    deleted = conntrack.delete_entries(
+        [
+            (service, first.endpoint),
+            (nothing, first.endpoint),
+            (other_service, other.endpoint),
+            (service, second.endpoint),
+        ]
+    )
+
+    assert deleted == [1, 0, 1, 1]
+    assert not {first, second, other} & conntrack.flows()

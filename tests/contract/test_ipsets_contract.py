@@ -11,7 +11,7 @@ from ipvsproxy.kernel.errors import IPSetError
 from ipvsproxy.kernel.ipset.entries import as_listed
 from ipvsproxy.kernel.ipset.refusals import IPSET_MESSAGES
 from ipvsproxy.kernel.protocols import IPSetKernel
-from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
+from ipvsproxy.model import BatchResult, IPFamily, IPSetContent, IPSetSpec
 
 V4, V6 = IPFamily.IPV4, IPFamily.IPV6
 IPSET_ERR_BUSY = next(code for code, text in IPSET_MESSAGES.items() if "in use" in text)
@@ -48,8 +48,8 @@ FOREIGN = IPSetContent(
 )
 
 
-def _codes(results: list[object]) -> list[int | None]:
-    return [getattr(result, "errno", None) for result in results]
+def _codes(results: BatchResult) -> list[int | None]:
+    return [result.errno if result else None for result in results]
 
 
 @pytest.mark.parametrize("content", EVERY_TYPE, ids=lambda content: content.spec.name)
@@ -101,7 +101,9 @@ def test_one_bad_entry_never_stops_the_rest(ipsets: IPSetKernel) -> None:
 
     assert _codes(results) == [None, errno.EINVAL, errno.EINVAL, errno.EINVAL, errno.EINVAL, None,
                                None]  # fmt: skip
-    assert "not-an-entry" in results[1].message  # type: ignore[union-attr]
+    refused = results[1]
+    assert refused is not None
+    assert "not-an-entry" in refused.message
     assert ipsets.list_sets()[CLUSTER_IP.name].entries == {"10.96.0.10,tcp:80", "10.96.0.13,udp:53"}
 
 

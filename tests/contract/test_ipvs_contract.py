@@ -15,6 +15,7 @@ from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
     ForwardMethod,
+    IPVSTimeouts,
     RealServer,
     RealServerKey,
     ServiceFlags,
@@ -161,3 +162,16 @@ def test_a_thousand_virtual_servers_with_two_real_servers_each_dump_whole(
     table = ipvs.dump()
     created = [op.server.key for op in ops if isinstance(op, AddVirtualServer)]
     assert all(len(table[key].real_servers) == 2 for key in created)
+
+
+def test_timeouts_set_read_back_and_zero_leaves_one_as_it_is(ipvs: IPVSKernel) -> None:
+    before = ipvs.timeouts()
+    assert min(before.tcp, before.tcp_fin, before.udp) > 0
+    try:
+        ipvs.set_timeouts(IPVSTimeouts(tcp=901, tcp_fin=0, udp=31))
+        assert ipvs.timeouts() == IPVSTimeouts(tcp=901, tcp_fin=before.tcp_fin, udp=31)
+        ipvs.set_timeouts(IPVSTimeouts(tcp_fin=7))
+        assert ipvs.timeouts() == IPVSTimeouts(tcp=901, tcp_fin=7, udp=31)
+    finally:
+        ipvs.set_timeouts(before)
+    assert ipvs.timeouts() == before

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from ipvsproxy.kernel.sysctl import ProcSysctl
 from tests.lab import IN_LAB, UNAVAILABLE_REASON
-from tests.lab.netns import Client, Node, Pod
+from tests.lab.netns import Client, Node, Pod, sh
+
+UML_MODULES = Path("/usr/lib/uml/modules")
+MODULE_LOADER = "kernel.modprobe"
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +51,33 @@ def pod(node: Node) -> Callable[[str], Pod]:
 def client() -> Callable[[Pod | None], Client]:
     """A client in a pod's namespace, or on the node itself for None."""
     return lambda where: Client(where.namespace if where else None)
+
+
+@pytest.fixture
+def modules_root(tmp_path: Path) -> Path:
+    """A module tree modprobe can use inside the lab: lib/modules/RELEASE -> the UML modules."""
+    release = os.uname().release
+    tree = tmp_path / "modules" / "lib" / "modules"
+    tree.mkdir(parents=True)
+    (tree / release).symlink_to(UML_MODULES / release)
+    return tmp_path / "modules"
+
+
+@pytest.fixture
+def module_loader(tmp_path: Path, modules_root: Path) -> Iterator[ProcSysctl]:
+    """kernel.modprobe pointed at the lab's modules, so the kernel and iptables load modules on
+    demand as on a real node (left as booted, it looks in this machine's /lib/modules); what
+    a test unloads is loaded again after."""
+    loader = tmp_path / "modprobe"
+    loader.write_text(f'#!/bin/sh\nexec {shutil.which("modprobe")} -d {modules_root} "$@"\n')
+    loader.chmod(0o755)
+    sysctl = ProcSysctl()
+    before = sysctl.get(MODULE_LOADER) or "/sbin/modprobe"
+    loaded = {module.name for module in Path("/sys/module").iterdir()}
+    sysctl.set(MODULE_LOADER, str(loader))
+    try:
+        yield sysctl
+    finally:
+        sysctl.set(MODULE_LOADER, before)
+        for module in sorted(loaded - {module.name for module in Path("/sys/module").iterdir()}):
+            sh(str(loader), module)

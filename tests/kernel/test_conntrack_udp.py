@@ -15,6 +15,7 @@ from ipvsproxy.model import (
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
+    IPVSOp,
     RealServer,
     RealServerKey,
     TransportProtocol,
@@ -64,7 +65,7 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
     with NetlinkAddresses() as addresses, NetlinkIPVS() as ipvs:
         addresses.ensure_interface(SERVICE_INTERFACE)
         assert addresses.apply(SERVICE_INTERFACE, [BindAddress(service.address)]) == [None]
-        ops = [AddVirtualServer(VirtualServer(service))]
+        ops: list[IPVSOp] = [AddVirtualServer(VirtualServer(service))]
         ops += [AddRealServer(service, RealServer(key)) for key in endpoints.values()]
         assert ipvs.apply(ops) == [None] * len(ops)
         try:
@@ -75,9 +76,9 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
             assert {flow.endpoint for flow in to_service} == set(endpoints.values())
             staying = {flow for flow in to_service if flow.endpoint == endpoints["dns-b"]}
 
-            deleted = conntrack.delete_entries(TransportProtocol.UDP, service, endpoints["dns-a"])
+            deleted = conntrack.delete_entries([(service, endpoints["dns-a"])])
 
-            assert deleted == 3
+            assert deleted == [3]
             after = {flow for flow in conntrack.flows() if flow.service == service}
             assert after == staying
         finally:

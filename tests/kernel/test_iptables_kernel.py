@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +14,15 @@ import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.backend import detect_backend
+from ipvsproxy.kernel.iptables.backend import HINT_CHAINS, detect_backend, probe_of
 from ipvsproxy.kernel.iptables.command import binary
-from ipvsproxy.kernel.iptables.restore import IptablesRestore
+from ipvsproxy.kernel.iptables.restore import CommandNetfilter, IptablesRestore
 from ipvsproxy.kernel.iptables.text import Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset
 from ipvsproxy.translate import Settings, translate
 
 XTABLES_LOCK = "/run/xtables.lock"
+NAT_CHAIN = "IPVSP-TEST-NAT"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 CLUSTER_CIDRS = (ipaddress.ip_network("10.244.0.0/16"), ipaddress.ip_network("fd00:10:244::/48"))
 
@@ -67,10 +69,62 @@ def ruleset(request: pytest.FixtureRequest) -> Iterator[IptablesRuleset]:
             subprocess.run(["ipset", "destroy", name], check=True)
 
 
-def test_detection_picks_legacy_where_nft_cannot_write_nat() -> None:
+def _fake_nft(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, *, writes_nat: bool, rules: int = 1
+) -> None:
+    """iptables-nft binaries of the test's own, first on PATH: a flavour holding ``rules`` rules
+    that either writes nat or, as on a kernel with nf_tables but no nft nat, saves and refuses
+    every write."""
+    saved = "*filter\n:INPUT ACCEPT [0:0]\n" + "-A INPUT -j ACCEPT\n" * rules + "COMMIT\n"
+    refusal = "echo 'iptables-nft-restore: line 2 failed: No such file or directory' >&2; exit 1"
+    for family in IPFamily:
+        save = folder / binary("nft", family, "save")
+        save.write_text(f"#!/bin/sh\nprintf '{saved}'\n")
+        restore = folder / binary("nft", family, "restore")
+        restore.write_text(f"#!/bin/sh\ncat >/dev/null\n{'' if writes_nat else refusal}\n")
+        for tool in (save, restore):
+            tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+def _assert_writes_nat(backend: str) -> None:
+    """``backend`` writes a nat chain in this kernel and reads it back (then removes it)."""
+    netfilter = CommandNetfilter(backend)
+    netfilter.restore(IPFamily.IPV4, f"*nat\n:{NAT_CHAIN} - [0:0]\nCOMMIT\n")
+    try:
+        assert f":{NAT_CHAIN} " in netfilter.save(IPFamily.IPV4)
+    finally:
+        netfilter.restore(IPFamily.IPV4, f"*nat\n-X {NAT_CHAIN}\nCOMMIT\n")
+
+
+def test_the_detected_backend_writes_the_nat_table() -> None:
+    """Whichever flavour this kernel's modules allow, the chosen one can hold our chains."""
+    _assert_writes_nat(detect_backend())
+
+
+def test_detection_passes_over_a_flavour_that_saves_but_cannot_write_nat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_nft(tmp_path, monkeypatch, writes_nat=False)
+
     assert detect_backend() == "legacy"
-    done = subprocess.run([binary("nft", IPFamily.IPV4, "save")], capture_output=True, check=False)
-    assert done.returncode != 0
+    _assert_writes_nat("legacy")
+
+
+def test_kubelets_hint_chain_outweighs_more_rules_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legacy = CommandNetfilter("legacy")
+    legacy_rules = probe_of([legacy.save(family) for family in IPFamily]).rule_lines
+    _fake_nft(tmp_path, monkeypatch, writes_nat=True, rules=legacy_rules + 1)
+    assert detect_backend() == "nft"
+    hint = HINT_CHAINS[0].strip(": ")
+
+    legacy.restore(IPFamily.IPV4, f"*mangle\n:{hint} - [0:0]\nCOMMIT\n")
+    try:
+        assert detect_backend() == "legacy"
+    finally:
+        legacy.restore(IPFamily.IPV4, f"*mangle\n-X {hint}\nCOMMIT\n")
 
 
 def test_translates_ruleset_is_written_once_and_then_held(ruleset: IptablesRuleset) -> None:

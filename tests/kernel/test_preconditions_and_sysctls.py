@@ -1,19 +1,19 @@
-"""On the real kernel: IPVS with every scheduler passes the check, and IPVS sysctls take."""
+"""On the real kernel: every scheduler passes the probe without a trace, and IPVS sysctls take."""
 
 from __future__ import annotations
 
-from ipvsproxy.kernel.ipvs_sysctls import (
-    ensure_ipvs_sysctls,
-    parse_kernel_release,
-    wanted_sysctls,
-)
-from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.preconditions import check_schedulers
 from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import SCHEDULERS
+from ipvsproxy.reconcile.parameters import KERNEL_RELEASE, READ, plan_sysctls
 
 
-def test_the_lab_kernel_offers_ipvs_and_every_scheduler() -> None:
-    check_ipvs(SCHEDULERS)
+def test_the_lab_kernel_accepts_every_scheduler_and_keeps_no_probe() -> None:
+    with NetlinkIPVS() as ipvs:
+        before = ipvs.dump()
+        check_schedulers(ipvs, SCHEDULERS)
+        assert ipvs.dump().keys() == before.keys()
 
 
 def test_ipvs_sysctls_are_written_and_read_back() -> None:
@@ -29,14 +29,13 @@ def test_ipvs_sysctls_are_written_and_read_back() -> None:
 
 def test_kube_proxys_ipvs_sysctls_take_on_the_lab_kernel() -> None:
     sysctl = ProcSysctl()
-    release = parse_kernel_release(sysctl.get("kernel.osrelease") or "")
-    wanted = dict(wanted_sysctls(release, strict_arp=True))
-    before = {name: sysctl.get(name) for name in wanted}
+    before = {name: sysctl.get(name) for name in READ}
     try:
-        ensure_ipvs_sysctls(sysctl, strict_arp=True)
+        for op in plan_sysctls(before, strict_arp=True):
+            sysctl.set(op.name, op.value)
 
-        assert {name: sysctl.get(name) for name in wanted} == wanted
-        assert ensure_ipvs_sysctls(sysctl, strict_arp=True) == ()
+        assert plan_sysctls({name: sysctl.get(name) for name in READ}, strict_arp=True) == ()
     finally:
         for name, value in before.items():
-            sysctl.set(name, value or "0")
+            if name != KERNEL_RELEASE and value is not None:
+                sysctl.set(name, value)

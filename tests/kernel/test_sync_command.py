@@ -15,12 +15,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from copy import deepcopy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from ipvsproxy.cli import main
 from tests.lab.netns import Client, Node, Pod, ask, sh
 
 EXAMPLE = Path("examples/cluster.yaml")
@@ -39,10 +42,26 @@ DNS_IP = "10.96.0.10"
 DRAIN_DNS_IP = "10.96.0.53"
 
 
-def ipvsproxy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+@dataclass(frozen=True)
+class Ran:
+    status: int
+    stdout: str
+    stderr: str
+
+
+def ipvsproxy(*args: str) -> Ran:
+    """The command in the test's own process: what these tests check is its effect on the
+    kernel, and a new Python process inside the lab costs seconds."""
+    result = CliRunner().invoke(main, list(args))
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+def ipvsproxy_process(*args: str) -> Ran:
+    """The command as a node runs it, in a process of its own."""
+    done = subprocess.run(
         [sys.executable, "-m", "ipvsproxy", *args], capture_output=True, text=True, check=False
     )
+    return Ran(done.returncode, done.stdout, done.stderr)
 
 
 def example_objects() -> list[dict[str, Any]]:
@@ -66,11 +85,9 @@ def without_endpoint(objects: list[dict[str, Any]], address: str) -> list[dict[s
     return changed
 
 
-def sync(source: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    done = ipvsproxy(
-        "sync", "--once", "--source", str(source), "--hostname-override", "node-a", *extra
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+def sync(source: Path, *extra: str, run: Callable[..., Ran] = ipvsproxy) -> Ran:
+    done = run("sync", "--once", "--source", str(source), "--hostname-override", "node-a", *extra)
+    assert done.status == 0, done.stdout + done.stderr
     return done
 
 
@@ -145,7 +162,7 @@ def expected_table(node_ip: str) -> set[str]:
 def test_example_cluster_is_programmed_exactly_and_serves_each_port(
     node: Node, cluster: Path, caller: Client
 ) -> None:
-    sync(cluster)
+    sync(cluster, run=ipvsproxy_process)
 
     assert ipvs_table() == expected_table(str(node.ipv4))
     assert set(caller.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
@@ -158,6 +175,9 @@ def test_example_cluster_is_programmed_exactly_and_serves_each_port(
         assert set(answers) <= {"web-a", "web-b"}
     assert set(caller.tcp_names("10.96.40.1", 443, 20)) == {"gw-a", "gw-c"}
     assert set(caller.tcp_names(str(node.ipv4), 31443, 10)) == {"gw-a"}
+
+    assert ipvsproxy_process("cleanup").status == 0
+    assert not ipvs_table() & expected_table(str(node.ipv4))
 
 
 def test_the_node_itself_reaches_cluster_ips_and_node_ports(

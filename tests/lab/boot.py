@@ -1,10 +1,11 @@
-"""Boot one User-Mode Linux kernel with this machine's file system as root and run pytest in it.
+"""Boot User-Mode Linux kernels with this machine's file system as root and run pytest in them.
 
-The kernel runs as an ordinary process. PID 1 is a generated shell script: it mounts what
-``ip netns`` and pyroute2 need, loads the IPVS, ipset, netfilter and link modules, runs pytest
-with the caller's arguments (its output goes straight to our stdout through the UML console)
-and writes pytest's exit status to a file, which is the only exit status that means anything:
-the boot's own status does not.
+A kernel runs as an ordinary process on one CPU, so there is one boot per CPU, each running its
+share of the tests (``shard.py``) in a kernel of its own; their statuses merge into one. PID 1
+is a generated shell script: it mounts what ``ip netns`` and pyroute2 need, loads the IPVS,
+ipset, netfilter and link modules, runs pytest with the caller's arguments (its output comes
+back through the UML console) and writes pytest's exit status to a file, which is the only exit
+status that means anything: the boot's own status does not.
 
 No network device is ever given to the UML kernel: everything the tests send stays inside it.
 """
@@ -17,9 +18,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 
 from ipvsproxy.model import SCHEDULERS
+from tests.lab.shard import SHARD_VARIABLE
 
 APT_PACKAGES = (
     "user-mode-linux",
@@ -59,13 +64,15 @@ MODULES = (
     "ip6t_REJECT",
     "iptable_nat",
     "iptable_filter",
+    "iptable_mangle",
     "ip6table_nat",
     "ip6table_filter",
-    "ipt_REJECT",
-    "ip6t_REJECT",
+    "ip6table_mangle",
 )
 # Tools the tests call inside the lab, beside the kernel itself.
 LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
+BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
+NO_TESTS_COLLECTED = 5
 
 
 def _missing_commands() -> list[str]:
@@ -99,7 +106,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _init_script(scratch: Path, command_args: list[str], status_file: Path) -> str:
+def _init_script(
+    scratch: Path,
+    command_args: list[str],
+    status_file: Path,
+    lab_env: Mapping[str, str],
+) -> str:
     passed_env = {
         name: value
         for name, value in os.environ.items()
@@ -107,6 +119,7 @@ def _init_script(scratch: Path, command_args: list[str], status_file: Path) -> s
         or name.startswith(("IPVSPROXY_", "PYTEST_", "HYPOTHESIS_"))
     }
     passed_env["IPVSPROXY_LAB"] = "1"
+    passed_env.update(lab_env)
     # pytest's tmp_path lives in the shared /tmp; keep each boot's apart.
     passed_env["PYTEST_DEBUG_TEMPROOT"] = str(scratch / "pytest")
     exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in passed_env.items())
@@ -130,7 +143,13 @@ poweroff -f
 """
 
 
-def run_in_lab(command_args: list[str]) -> int:
+def run_in_lab(
+    command_args: list[str],
+    console: IO[bytes] | None = None,
+    lab_env: Mapping[str, str] | None = None,
+) -> int:
+    """Boot one lab kernel, run ``command_args`` in it with ``lab_env`` added to its environment
+    and return their exit status. The console goes to ``console`` (default: our stdout)."""
     scratch = Path(tempfile.mkdtemp(prefix="ipvsproxy-lab-"))
     try:
         for version_dir in UML_MODULES_ROOT.iterdir():
@@ -139,7 +158,7 @@ def run_in_lab(command_args: list[str]) -> int:
             link.symlink_to(version_dir)
         status_file = scratch / "status"
         init = scratch / "init.sh"
-        init.write_text(_init_script(scratch, command_args, status_file))
+        init.write_text(_init_script(scratch, command_args, status_file, lab_env or {}))
         init.chmod(0o755)
         (scratch / "uml").mkdir()
         subprocess.run(
@@ -157,6 +176,7 @@ def run_in_lab(command_args: list[str]) -> int:
             ],
             env={**os.environ, "TMPDIR": str(scratch / "uml")},
             stdin=subprocess.DEVNULL,
+            stdout=console,
             check=False,
         )
         if not status_file.exists():
@@ -165,6 +185,43 @@ def run_in_lab(command_args: list[str]) -> int:
         return int(status_file.read_text().strip() or 3)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def boot_count() -> int:
+    """One boot per CPU (a lab kernel uses one), or IPVSPROXY_LAB_BOOTS."""
+    return max(1, int(os.environ.get(BOOTS_VARIABLE) or os.cpu_count() or 1))
+
+
+def merged_status(statuses: list[int]) -> int:
+    """pytest's status over all boots; a boot whose share was empty (5) counts for nothing."""
+    failed = [status for status in statuses if status not in (0, NO_TESTS_COLLECTED)]
+    if failed:
+        return max(failed)
+    return 0 if 0 in statuses else NO_TESTS_COLLECTED
+
+
+def run_pytest_in_labs(pytest_args: list[str], boots: int) -> int:
+    """Each boot runs its share of the tests (``shard.py``). The first boot's console streams
+    here as it runs; each other one is printed whole once that boot is done."""
+    command = [sys.executable, "-m", "pytest", "-p", "tests.lab.shard", *pytest_args]
+    with tempfile.TemporaryDirectory(prefix="ipvsproxy-lab-consoles-") as folder:
+        consoles = [Path(folder) / f"boot{index}" for index in range(boots)]
+
+        def boot(index: int) -> int:
+            share = {SHARD_VARIABLE: f"{index}/{boots}"}
+            if index == 0:
+                return run_in_lab(command, lab_env=share)
+            with consoles[index].open("wb") as console:
+                return run_in_lab(command, console, share)
+
+        with ThreadPoolExecutor(boots) as pool:
+            statuses = list(pool.map(boot, range(boots)))
+        for index in range(1, boots):
+            print(f"lab: boot {index + 1} of {boots}", flush=True)
+            sys.stdout.buffer.write(consoles[index].read_bytes())
+            sys.stdout.buffer.flush()
+    print(f"lab: {boots} boots, pytest exit statuses {statuses}", flush=True)
+    return merged_status(statuses)
 
 
 def main(args: list[str]) -> int:
@@ -177,7 +234,7 @@ def main(args: list[str]) -> int:
         return run_in_lab(args[1:])
     pytest_args = args
     if reason is None:
-        return run_in_lab([sys.executable, "-m", "pytest", *pytest_args])
+        return run_pytest_in_labs(pytest_args, boot_count())
     # Run the lab tests here anyway: their conftest turns this reason into one skip each
     # (a failure under CI=true), so the report says what did not run and why.
     print(f"lab: unavailable: {reason}", flush=True)

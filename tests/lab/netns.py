@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -29,8 +30,8 @@ POD_CIDR_IPV4 = ipaddress.IPv4Network("10.244.1.0/24")
 POD_CIDR_IPV6 = ipaddress.IPv6Network("fd00:10:244:1::/64")
 
 
-def sh(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
+def sh(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(args, input=stdin, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
@@ -60,9 +61,16 @@ def inside(namespace: str | None) -> Iterator[None]:
         os.close(original)
 
 
-def sysctl(name: str, value: str, namespace: str | None = None) -> None:
-    prefix = ("ip", "netns", "exec", namespace) if namespace else ()
-    sh(*prefix, "sysctl", "-q", "-w", f"{name}={value}")
+def ip_batch(lines: list[str], namespace: str | None = None) -> None:
+    """Several ``ip`` commands in one process (in ``namespace``): a process start is the
+    dearest thing inside the lab."""
+    in_namespace = ("-n", namespace) if namespace else ()
+    sh("ip", *in_namespace, "-batch", "-", stdin="\n".join(lines))
+
+
+def sysctl(name: str, value: str) -> None:
+    """Set a sysctl of the node's own namespace."""
+    Path("/proc/sys", *name.split(".")).write_text(value)
 
 
 class _NameReplyTCP(socketserver.BaseRequestHandler):
@@ -81,15 +89,16 @@ class _NameReplyUDP(socketserver.BaseRequestHandler):
         sock.sendto(self.server.pod_name.encode(), self.client_address)  # type: ignore[attr-defined]
 
 
-class _DualStack(socketserver.BaseServer):
+class _DualStack(socketserver.TCPServer):
     """Listens on :: for both families, so one server answers IPv4 and IPv6 clients."""
 
     address_family = socket.AF_INET6
     allow_reuse_address = True
     daemon_threads = True
+    pod_name = ""
 
     def server_bind(self) -> None:
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # type: ignore[attr-defined]
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
 
 
@@ -117,7 +126,7 @@ class Pod:
                 _DualStackTCP(("::", port), _NameReplyTCP),
                 _DualStackUDP(("::", port), _NameReplyUDP),
             ):
-                server.pod_name = self.name  # type: ignore[attr-defined]
+                server.pod_name = self.name
                 threading.Thread(target=server.serve_forever, daemon=True).start()
                 self.servers.append(server)
 
@@ -137,10 +146,14 @@ class Node:
         self.pods: list[Pod] = []
 
     def set_up(self) -> None:
-        sh("ip", "link", "add", "eth0", "type", "dummy")
-        sh("ip", "link", "set", "eth0", "up")
-        sh("ip", "addr", "add", f"{self.ipv4}/24", "dev", "eth0")
-        sh("ip", "-6", "addr", "add", f"{self.ipv6}/64", "dev", "eth0", "nodad")
+        ip_batch(
+            [
+                "link add eth0 type dummy",
+                "link set eth0 up",
+                f"addr add {self.ipv4}/24 dev eth0",
+                f"addr add {self.ipv6}/64 dev eth0 nodad",
+            ]
+        )
         sysctl("net.ipv4.ip_forward", "1")
         sysctl("net.ipv6.conf.all.forwarding", "1")
 
@@ -154,33 +167,40 @@ class Node:
             ipv6=POD_CIDR_IPV6[index],
             host_veth=f"veth{index}",
         )
-        ns = pod.namespace
-        sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", pod.host_veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ns, veth = pod.namespace, pod.host_veth
         # Calico-style: the pod routes everything through a link-local gateway on the node side.
-        sh("ip", "addr", "add", f"{POD_GATEWAY_IPV4}/32", "dev", pod.host_veth)
-        sh("ip", "-6", "addr", "add", f"{POD_GATEWAY_IPV6}/64", "dev", pod.host_veth, "nodad")
-        sh("ip", "link", "set", pod.host_veth, "up")
-        sh("ip", "route", "add", f"{pod.ipv4}/32", "dev", pod.host_veth)
-        sh("ip", "-6", "route", "add", f"{pod.ipv6}/128", "dev", pod.host_veth)
-        netns = ("ip", "netns", "exec", ns)
-        sh(*netns, "ip", "link", "set", "lo", "up")
-        sh(*netns, "ip", "addr", "add", f"{pod.ipv4}/32", "dev", "eth0")
-        sh(*netns, "ip", "-6", "addr", "add", f"{pod.ipv6}/128", "dev", "eth0", "nodad")
-        sh(*netns, "ip", "link", "set", "eth0", "up")
-        sh(*netns, "ip", "route", "add", POD_GATEWAY_IPV4, "dev", "eth0", "scope", "link")
-        sh(*netns, "ip", "route", "add", "default", "via", POD_GATEWAY_IPV4, "dev", "eth0")
-        sh(*netns, "ip", "-6", "route", "add", "default", "via", POD_GATEWAY_IPV6, "dev", "eth0")
+        ip_batch(
+            [
+                f"netns add {ns}",
+                f"link add {veth} type veth peer name eth0 netns {ns}",
+                f"addr add {POD_GATEWAY_IPV4}/32 dev {veth}",
+                f"addr add {POD_GATEWAY_IPV6}/64 dev {veth} nodad",
+                f"link set {veth} up",
+                f"route add {pod.ipv4}/32 dev {veth}",
+                f"route add {pod.ipv6}/128 dev {veth}",
+            ]
+        )
+        ip_batch(
+            [
+                "link set lo up",
+                f"addr add {pod.ipv4}/32 dev eth0",
+                f"addr add {pod.ipv6}/128 dev eth0 nodad",
+                "link set eth0 up",
+                f"route add {POD_GATEWAY_IPV4} dev eth0 scope link",
+                f"route add 0.0.0.0/0 via {POD_GATEWAY_IPV4} dev eth0",
+                f"route add ::/0 via {POD_GATEWAY_IPV6} dev eth0",
+            ],
+            namespace=ns,
+        )
         self.pods.append(pod)
         return pod
 
     def tear_down(self) -> None:
         for pod in self.pods:
             pod.stop()
-            sh("ip", "link", "del", pod.host_veth)
-            sh("ip", "netns", "del", pod.namespace)
+        removals = [f"link del {pod.host_veth}\nnetns del {pod.namespace}" for pod in self.pods]
+        ip_batch([*removals, "link del eth0"])
         self.pods.clear()
-        sh("ip", "link", "del", "eth0")
 
 
 def _family(address: str) -> socket.AddressFamily:

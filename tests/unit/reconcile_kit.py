@@ -20,6 +20,7 @@ from ipvsproxy.model import (
     IptablesRuleset,
     IPVSOp,
     IPVSTable,
+    IPVSTimeouts,
     ObjectKey,
     OpError,
     RealServer,
@@ -97,6 +98,12 @@ class RefusingIPVS:
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         return [self.error if op in self.refuse else self.inner.apply([op])[0] for op in ops]
+
+    def timeouts(self) -> IPVSTimeouts:
+        return self.inner.timeouts()
+
+    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
+        self.inner.set_timeouts(timeouts)
 
 
 def weights(table: IPVSTable, key: VirtualServerKey) -> dict[RealServerKey, int]:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ipaddress import ip_network
 from pathlib import Path
 
@@ -9,7 +11,11 @@ from click.testing import CliRunner
 
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel import preconditions
+from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.errors import IPVSUnavailable
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 
@@ -28,6 +34,25 @@ def test_help_lists_every_command() -> None:
 
 
 EXAMPLE = "examples/cluster.yaml"
+NO_IPVS = (
+    "ipvsproxy: the kernel offers no IPVS (No such file or directory); load the ip_vs module "
+    "(modprobe ip_vs) or run a kernel built with CONFIG_IP_VS\n"
+)
+
+
+def _kernel_without_ipvs() -> Iterator[Kernel]:
+    raise IPVSUnavailable("No such file or directory")
+
+
+@contextmanager
+def _fake_kernel(fake: FakeKernel) -> Iterator[Kernel]:
+    yield fake.kernel()
+
+
+@pytest.fixture(autouse=True)
+def _no_ipvs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the machine running the tests has, these commands see a kernel without IPVS."""
+    monkeypatch.setattr(cli, "real_kernel", _kernel_without_ipvs)
 
 
 @pytest.mark.parametrize(
@@ -48,13 +73,16 @@ def test_run_refuses_bad_flags_in_one_line_before_touching_anything(
     assert len(result.output.splitlines()) == 1
 
 
-def test_dry_run_prints_the_example_plan_against_an_empty_table() -> None:
+def test_dry_run_prints_the_example_plan_against_an_empty_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     args = ["sync", "--once", "--dry-run", "--source", EXAMPLE, "--hostname-override", "node-a"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    # This machine has no IPVS, so the plan is against an empty kernel and says why.
-    assert lines[0].startswith("# dry run against an empty kernel state (the ip_vs kernel module")
+    # Without IPVS the plan is against an empty kernel and says why.
+    assert lines[0].startswith("# dry run against an empty kernel state (the kernel offers no IPVS")
     assert "+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)" in lines
     udp = lines.index("+ UDP 10.96.0.10:53 rr  (kube-system/kube-dns:dns, ClusterIP)")
     assert lines[udp + 1 : udp + 3] == [
@@ -62,9 +90,16 @@ def test_dry_run_prints_the_example_plan_against_an_empty_table() -> None:
         "    + 10.244.1.7:53 masquerade weight 1",
     ]
     assert lines[-1] == (
-        "71 operations: 8 AddIPSetEntries, 14 AddRealServer, 8 AddVirtualServer, "
-        "4 BindAddress, 34 CreateIPSet, 1 EnsureInterface, 2 RestoreIptables"
+        "75 operations: 8 AddIPSetEntries, 14 AddRealServer, 8 AddVirtualServer, "
+        "4 BindAddress, 34 CreateIPSet, 1 EnsureInterface, 2 RestoreIptables, 4 SetSysctl"
     )
+    # kube-proxy's sysctls are part of the plan (the empty kernel state has none of them).
+    assert lines[1:5] == [
+        "~ set sysctl net.ipv4.vs.conntrack (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_nodest_conn (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_quiescent_template (absent) -> 1",
+        "~ set sysctl net.ipv4.ip_forward (absent) -> 1",
+    ]
 
 
 def test_json_output_counts_the_same_operations() -> None:
@@ -80,6 +115,7 @@ def test_json_output_counts_the_same_operations() -> None:
         "CreateIPSet": 34,
         "EnsureInterface": 1,
         "RestoreIptables": 2,
+        "SetSysctl": 4,
     }
 
 
@@ -198,22 +234,31 @@ def test_flags_reach_translate_as_settings(
 
 
 def test_sync_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_ipvs(*_: object) -> None:
-        raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
-
-    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
     result = CliRunner().invoke(main, ["sync", "--once", "--source", EXAMPLE])
     assert result.exit_code == 2
-    assert result.output == "ipvsproxy: the ip_vs kernel module is not loaded; run modprobe ip_vs\n"
+    assert result.output == NO_IPVS
 
 
-def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def not_root(*_: object) -> None:
-        raise PreconditionError(
-            "ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS"
-        )
+def test_sync_with_a_scheduler_the_kernel_refuses_exits_2_naming_its_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeKernel()
+    fake.ipvs = FakeIPVS(schedulers={"rr"})
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    monkeypatch.setattr(cli, "real_kernel", lambda: _fake_kernel(fake))
+    args = ["sync", "--once", "--source", EXAMPLE, "--ipvs-scheduler", "wlc"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert result.output == (
+        "ipvsproxy: the kernel refuses IPVS scheduler 'wlc' (No such file or directory); "
+        "load its module (modprobe ip_vs_wlc) or choose another with --ipvs-scheduler\n"
+    )
+    assert fake.ipvs.dump() == {}
 
-    monkeypatch.setattr(cli, "check_ipvs", not_root)
+
+def test_cleanup_without_net_admin_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preconditions, "effective_capabilities", lambda *_: 0)
     result = CliRunner().invoke(main, ["cleanup"])
     assert result.exit_code == 2
     assert result.output == (

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.preconditions import PreconditionError
+from ipvsproxy.kernel.errors import PreconditionError
 from tests.unit.test_bounded_load import LAUGHS
 
 EXAMPLE = "examples/cluster.yaml"
@@ -76,7 +76,7 @@ def _plan(monkeypatch: pytest.MonkeyPatch, source: str = EXAMPLE) -> dict[str, A
     def no_ipvs(*_: object) -> None:
         raise PreconditionError("no IPVS in this test")
 
-    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+    monkeypatch.setattr(cli, "require_net_admin", no_ipvs)
     result = CliRunner().invoke(main, _dry_run("--source", source, "--output", "json"))
     assert result.exit_code == 0, result.output
     plan: dict[str, Any] = json.loads(result.stdout)
@@ -86,6 +86,7 @@ def _plan(monkeypatch: pytest.MonkeyPatch, source: str = EXAMPLE) -> dict[str, A
 ENDPOINT = {"protocol": str, "address": str, "port": int}
 # README's "JSON output": the fields every operation kind carries beyond op and text.
 OPERATION_FIELDS: dict[str, dict[str, Any]] = {
+    "SetSysctl": {"sysctl": str, "value": str, "current": (str, type(None))},
     "EnsureInterface": {"interface": str},
     "BindAddress": {"address": str},
     "CreateIPSet": {"ipset": str, "set_type": str, "family": str},

@@ -17,6 +17,7 @@ from ipvsproxy.config import (
     parse_duration,
     resolve,
 )
+from ipvsproxy.model import IPVSTimeouts
 from ipvsproxy.translate.settings import LocalDetectMode
 from tests.unit.test_bounded_load import LAUGHS
 
@@ -66,6 +67,15 @@ FIELD_CASES: list[tuple[str, dict[str, Any], str, Any]] = [
     ),
     ("ipvs:\n  strictARP: true", {"ipvs_strict_arp": True}, "settings.strict_arp", True),
     ("iptables:\n  masqueradeAll: true", {"masquerade_all": True}, "settings.masquerade_all", True),
+    (
+        "iptables:\n  masqueradeBit: 12",
+        {"iptables_masquerade_bit": 12},
+        "settings.masquerade_bit",
+        12,
+    ),
+    ("ipvs:\n  tcpTimeout: 15m", {"ipvs_tcp_timeout": "15m"}, "ipvs_timeouts.tcp", 900),
+    ("ipvs:\n  tcpFinTimeout: 30s", {"ipvs_tcpfin_timeout": "30s"}, "ipvs_timeouts.tcp_fin", 30),
+    ("ipvs:\n  udpTimeout: 1m30.5s", {"ipvs_udp_timeout": "1m30.5s"}, "ipvs_timeouts.udp", 90),
     (
         "nodePortAddresses: [10.0.0.0/8]",
         {"nodeport_addresses": "10.0.0.0/8"},
@@ -144,6 +154,8 @@ def test_defaults_are_kube_proxys() -> None:
     assert config.kubeconfig is None
     assert not config.settings.masquerade_all
     assert not config.settings.strict_arp
+    assert config.settings.masquerade_bit == 14
+    assert config.ipvs_timeouts == IPVSTimeouts(0, 0, 0)
 
 
 def test_flags_not_given_explicitly_do_not_count() -> None:
@@ -242,6 +254,9 @@ def test_ignored_and_used_fields_do_not_overlap() -> None:
         (HEADER, "ipvs:\n  syncPeriod: 30x", "ipvs.syncPeriod '30x': not a duration"),
         (HEADER, "clusterCIDR: 10.0.0.0/33", "clusterCIDR 10.0.0.0/33: not a CIDR"),
         (HEADER, "detectLocalMode: Nearby", "detectLocalMode 'Nearby' is not one of ClusterCIDR"),
+        (HEADER, "iptables:\n  masqueradeBit: true", "iptables.masqueradeBit must be a number"),
+        (HEADER, "iptables:\n  masqueradeBit: 40", "masqueradeBit 40: must be within the range"),
+        (HEADER, "ipvs:\n  tcpTimeout: 900", "ipvs.tcpTimeout must be a duration"),
     ],
 )
 def test_bad_files_fail_in_one_line_naming_the_field(
@@ -278,6 +293,10 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
         ),
         ("--ipvs-scheduler", "x", "--ipvs-scheduler 'x' is not one of"),
         ("--hostname-override", "  ", "--hostname-override '  ': an empty name is invalid"),
+        ("--iptables-masquerade-bit", 32, "--iptables-masquerade-bit 32: must be within the"),
+        ("--iptables-masquerade-bit", -1, "--iptables-masquerade-bit -1: must be within the"),
+        ("--ipvs-udp-timeout", "-5s", "--ipvs-udp-timeout '-5s': a duration may not be negative"),
+        ("--ipvs-tcp-timeout", "15", "--ipvs-tcp-timeout '15': not a duration"),
         (
             "--detect-local-mode",
             "BridgeInterface",
@@ -293,7 +312,7 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
         ("--api-timeout", "soon", "--api-timeout 'soon': not a duration"),
     ],
 )
-def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: str, message: str) -> None:
+def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: Any, message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         resolve({flag: value}, [flag])
     assert str(raised.value).startswith(message)

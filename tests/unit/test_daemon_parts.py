@@ -169,9 +169,9 @@ def test_changes_name_the_services_of_changed_services_and_slices() -> None:
     assert diff(EMPTY_SNAPSHOT, before).services == {
         ObjectKey("default", f"svc-{i}") for i in range(5)
     }
-    changed = [o for o in objects if o["metadata"]["name"] != "svc-4"]  # type: ignore[index]
+    changed = [o for o in objects if o["metadata"]["name"] != "svc-4"]
     changed += [service(9)]
-    changed = [o for o in changed if o["metadata"]["name"] != "svc-1-abcde"]  # type: ignore[index]
+    changed = [o for o in changed if o["metadata"]["name"] != "svc-1-abcde"]
     changed += [endpoint_slice(1, endpoints=1)]
     found = diff(before, snapshot(changed))
     assert found.services == {ObjectKey("default", n) for n in ("svc-1", "svc-4", "svc-9")}

@@ -105,7 +105,7 @@ def test_a_removed_service_goes_and_an_added_one_comes_incrementally() -> None:
     objects = cluster(20)
     syncer.sync(snapshot(objects), [])
     fake.take_ops()
-    changed = [o for o in objects if o["metadata"]["name"] not in ("svc-3", "svc-3-abcde")]  # type: ignore[index]
+    changed = [o for o in objects if o["metadata"]["name"] not in ("svc-3", "svc-3-abcde")]
     changed += [service(50), endpoint_slice(50)]
     clock.now = 1.0
     report = syncer.sync(snapshot(changed), [])

@@ -5,8 +5,54 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.kernel.errors import PreconditionError
-from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.preconditions import (
+    PROBE_ADDRESS,
+    PROBE_PORTS,
+    check_schedulers,
+    require_net_admin,
+)
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
+from ipvsproxy.model import AddVirtualServer, TransportProtocol, VirtualServer, VirtualServerKey
+
+
+def probe_key(port: int) -> VirtualServerKey:
+    return VirtualServerKey(TransportProtocol.TCP, PROBE_ADDRESS, port)
+
+
+def test_schedulers_the_kernel_accepts_pass_and_leave_no_trace() -> None:
+    ipvs = FakeIPVS()
+    check_schedulers(ipvs, ["rr", "wlc", "mh"])
+    assert ipvs.dump() == {}
+
+
+def test_a_refused_scheduler_is_one_line_naming_its_module() -> None:
+    ipvs = FakeIPVS(schedulers={"rr"})
+    with pytest.raises(PreconditionError) as raised:
+        check_schedulers(ipvs, ["rr", "wlc"])
+    assert str(raised.value) == (
+        "the kernel refuses IPVS scheduler 'wlc' (No such file or directory); load its module "
+        "(modprobe ip_vs_wlc) or choose another with --ipvs-scheduler"
+    )
+    assert ipvs.dump() == {}
+
+
+def test_a_virtual_server_on_the_probe_address_is_left_alone() -> None:
+    ipvs = FakeIPVS()
+    theirs = VirtualServer(probe_key(PROBE_PORTS[0]), "sh")
+    ipvs.apply([AddVirtualServer(theirs)])
+    check_schedulers(ipvs, ["wlc"])
+    assert {key: state.server for key, state in ipvs.dump().items()} == {theirs.key: theirs}
+
+
+def test_every_probe_port_taken_is_one_line() -> None:
+    ipvs = FakeIPVS()
+    ipvs.apply([AddVirtualServer(VirtualServer(probe_key(port), "rr")) for port in PROBE_PORTS])
+    with pytest.raises(PreconditionError, match="cannot test IPVS scheduler 'wlc'") as raised:
+        check_schedulers(ipvs, ["wlc"])
+    assert "\n" not in str(raised.value)
+    assert len(ipvs.dump()) == len(PROBE_PORTS)
+
 
 ROOT_CAPS = "000001ffffffffff"
 # Everything root has but CAP_NET_ADMIN (bit 12): root in a container without NET_ADMIN.
@@ -14,46 +60,24 @@ ROOT_WITHOUT_NET_ADMIN = f"{0x1FFFFFFFFFF & ~(1 << 12):016x}"
 ONLY_NET_ADMIN = f"{1 << 12:016x}"
 
 
-def machine(
-    tmp_path: Path, *, ipvs: bool, schedulers: tuple[str, ...] = (), caps: str = ROOT_CAPS
-) -> dict[str, Path]:
-    (tmp_path / "proc" / "net").mkdir(parents=True)
-    (tmp_path / "proc" / "self").mkdir()
-    (tmp_path / "proc" / "self" / "status").write_text(
+def proc_with(tmp_path: Path, caps: str) -> Path:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "status").write_text(
         f"Name:\tipvsproxy\nCapInh:\t0000000000000000\nCapPrm:\t{caps}\nCapEff:\t{caps}\n"
     )
-    if ipvs:
-        (tmp_path / "proc" / "net" / "ip_vs").write_text("")
-    for scheduler in schedulers:
-        (tmp_path / "module" / f"ip_vs_{scheduler}").mkdir(parents=True)
-    return {"proc": tmp_path / "proc", "modules": tmp_path / "module"}
+    return tmp_path
 
 
-def test_a_machine_with_ipvs_and_the_scheduler_passes(tmp_path: Path) -> None:
-    check_ipvs(["rr"], **machine(tmp_path, ipvs=True, schedulers=("rr",)))
+@pytest.mark.parametrize("caps", [ROOT_CAPS, ONLY_NET_ADMIN])
+def test_net_admin_is_enough(tmp_path: Path, caps: str) -> None:
+    require_net_admin(proc_with(tmp_path, caps))
 
 
-def test_net_admin_alone_is_enough(tmp_path: Path) -> None:
-    check_ipvs(["rr"], **machine(tmp_path, ipvs=True, schedulers=("rr",), caps=ONLY_NET_ADMIN))
-
-
-@pytest.mark.parametrize(
-    ("ipvs", "caps", "message"),
-    [
-        (True, "0000000000000000", "needs CAP_NET_ADMIN"),
-        (True, ROOT_WITHOUT_NET_ADMIN, "needs CAP_NET_ADMIN"),
-        (False, ROOT_CAPS, "the ip_vs kernel module is not loaded; run modprobe ip_vs"),
-    ],
-)
-def test_each_lack_is_one_line(tmp_path: Path, ipvs: bool, caps: str, message: str) -> None:
-    with pytest.raises(PreconditionError, match=message) as raised:
-        check_ipvs(["rr"], **machine(tmp_path, ipvs=ipvs, schedulers=("rr",), caps=caps))
+@pytest.mark.parametrize("caps", ["0000000000000000", ROOT_WITHOUT_NET_ADMIN])
+def test_without_net_admin_is_one_line(tmp_path: Path, caps: str) -> None:
+    with pytest.raises(PreconditionError, match="needs CAP_NET_ADMIN") as raised:
+        require_net_admin(proc_with(tmp_path, caps))
     assert "\n" not in str(raised.value)
-
-
-def test_missing_schedulers_are_named(tmp_path: Path) -> None:
-    with pytest.raises(PreconditionError, match=r"run modprobe ip_vs_mh ip_vs_sh$"):
-        check_ipvs(["rr", "sh", "mh"], **machine(tmp_path, ipvs=True, schedulers=("rr",)))
 
 
 @pytest.mark.parametrize("kind", ["proc", "fake"])

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
-from dataclasses import replace
+import errno
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 
 from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.kernel.conntrack import Flow
+from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     AddIPSetEntries,
@@ -22,6 +25,8 @@ from ipvsproxy.model import (
     IPSetSpec,
     IptablesJump,
     IptablesRuleset,
+    OpError,
+    RealServerKey,
     RealServerRef,
     TransportProtocol,
     UnbindAddress,
@@ -73,7 +78,8 @@ def test_first_sync_builds_everything_and_a_second_writes_nothing(
     first = proxy.sync(state)
     second = proxy.sync(state)
 
-    assert first.ok and first.writes == 1 + 1 + 2 + 3  # kube-ipvs0, VIP, 2 services, 3 reals
+    # kube-proxy's 4 sysctls, kube-ipvs0, VIP, 2 services, 3 reals
+    assert first.ok and first.writes == 4 + 1 + 1 + 2 + 3
     assert set(fake.ipvs.dump()) == {TCP_VS, UDP_VS}
     assert fake.addresses.addresses(DUMMY_INTERFACE) == {VIP}
     assert second.ok and second.writes == 0 and second.plan.changes() == ()
@@ -209,6 +215,42 @@ def test_udp_and_sctp_real_servers_go_at_once_and_their_flows_are_flushed(
         FlushConntrack(service, POD_B.key),
     )
     assert fake.conntrack.flows() == {to_a}
+
+
+@dataclass
+class RefusingConntrack:
+    """A FakeConntrack that refuses the flows of one endpoint, as the kernel might (EPERM)."""
+
+    inner: FakeConntrack
+    refused: RealServerKey
+
+    def delete_entries(
+        self, targets: Sequence[tuple[VirtualServerKey, RealServerKey]]
+    ) -> list[int | OpError]:
+        counts = self.inner.delete_entries(targets)
+        refusal = OpError(errno.EPERM, os.strerror(errno.EPERM))
+        return [
+            refusal if real == self.refused else n
+            for (_, real), n in zip(targets, counts, strict=True)
+        ]
+
+
+def test_conntrack_flushes_of_one_sync_go_in_one_call_and_a_refusal_is_its_own_failure(
+    fake: FakeKernel, clock: ManualClock
+) -> None:
+    proxy = Reconciler(
+        replace(fake.kernel(), conntrack=RefusingConntrack(fake.conntrack, POD_B.key)),
+        ReconcilerSettings(grace_period=60.0),
+        clock,
+    )
+    proxy.sync(desired({TCP_VS: [POD_A], UDP_VS: [POD_A, POD_B, POD_C]}))
+
+    result = proxy.sync(desired({TCP_VS: [POD_A], UDP_VS: [POD_A]}))
+
+    assert [str(failure) for failure in result.failures] == [
+        f"flush conntrack entries of {UDP_VS} to {POD_B.key}: Operation not permitted"
+    ]
+    assert FlushConntrack(UDP_VS, POD_C.key) in result.applied
 
 
 def test_a_stale_udp_virtual_server_goes_whole_and_its_flows_are_flushed(

@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 
 from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.model import AddRealServer, DeleteVirtualServer, VirtualServerKey
+from ipvsproxy.model import AddRealServer, DeleteVirtualServer, IPVSTimeouts, VirtualServerKey
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
@@ -27,14 +27,21 @@ STALE = VirtualServerKey(TCP_VS.protocol, ip("10.96.0.20"), 80)
 def test_an_empty_kernel_plan_reads_as_additions_with_counts() -> None:
     state = desired({UDP_VS: [POD_A]})
 
-    text = sync_plan_text(plan_sync(state, EMPTY_KERNEL), state)
+    plan = plan_sync(state, EMPTY_KERNEL, timeouts=IPVSTimeouts(tcp=3600, udp=60))
+    text = sync_plan_text(plan, state)
 
     assert text.splitlines() == [
+        "~ set sysctl net.ipv4.vs.conntrack (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_nodest_conn (absent) -> 1",
+        "~ set sysctl net.ipv4.vs.expire_quiescent_template (absent) -> 1",
+        "~ set sysctl net.ipv4.ip_forward (absent) -> 1",
+        "~ set IPVS timeouts tcp 3600s, udp 60s",
         "+ interface kube-ipvs0",
         "+ 1 addresses on kube-ipvs0: 10.96.0.10",
         "+ UDP 10.96.0.10:53 rr  (default/web:http, ClusterIP)",
         "    + 10.244.1.2:8080 masquerade weight 1",
-        "4 operations: 1 AddRealServer, 1 AddVirtualServer, 1 BindAddress, 1 EnsureInterface",
+        "9 operations: 1 AddRealServer, 1 AddVirtualServer, 1 BindAddress, 1 EnsureInterface, "
+        "1 SetIPVSTimeouts, 4 SetSysctl",
     ]
 
 
@@ -67,7 +74,7 @@ def test_json_lists_every_operation_and_drain() -> None:
 
     plan = json.loads("".join(sync_plan_json(plan_sync(state, EMPTY_KERNEL), state)))
 
-    assert [op["text"] for op in plan["operations"]] == [
+    assert [op["text"] for op in plan["operations"]][4:] == [
         "create interface kube-ipvs0",
         "bind address 10.96.0.10",
         "add virtual server UDP 10.96.0.10:53 rr",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from ipvsproxy import cli
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.errors import PreconditionError
+from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (
     AddRealServer,
@@ -184,13 +184,15 @@ def test_show_command_names_rows_from_source(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_show_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_ipvs(*_: object) -> None:
-        raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")
+    def no_ipvs() -> None:
+        raise IPVSUnavailable("No such file or directory")
 
-    monkeypatch.setattr(cli, "check_ipvs", no_ipvs)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    monkeypatch.setattr(cli, "real_kernel", no_ipvs)
     result = CliRunner().invoke(main, ["show"])
     assert result.exit_code == 2
-    assert result.output == "ipvsproxy: the ip_vs kernel module is not loaded; run modprobe ip_vs\n"
+    assert result.output.startswith("ipvsproxy: the kernel offers no IPVS (No such file")
+    assert result.output.count("\n") == 1
 
 
 @pytest.mark.parametrize("argument", ["web", "shop/", "/web", "a/b/c"])

@@ -280,3 +280,15 @@ def test_node_cidr_local_detection_uses_this_nodes_pod_cidr(
     assert [rule for rule in services(state) if "KUBE-MARK-MASQ" in rule] == [
         f"{expected}{CLUSTER_IP_MASQ} {flags} -j KUBE-MARK-MASQ"
     ]
+
+
+@pytest.mark.parametrize(("bit", "mark"), [(0, "0x1"), (14, "0x4000"), (31, "0x80000000")])
+def test_masquerade_bit_sets_every_mark_as_kube_proxy(bit: int, mark: str) -> None:
+    for ruleset in run([svc({})], Settings(masquerade_bit=bit)).iptables:
+        assert lines(ruleset, "nat", "KUBE-MARK-MASQ") == [f"-j MARK --set-xmark {mark}/{mark}"]
+        assert lines(ruleset, "nat", "KUBE-POSTROUTING")[-3:-1] == [
+            f"-m mark ! --mark {mark}/{mark} -j RETURN",
+            f"-j MARK --set-xmark {mark}/0x0",
+        ]
+        forward = lines(ruleset, "filter", "KUBE-FORWARD")[0]
+        assert forward.endswith(f"-m mark --mark {mark}/{mark} -j ACCEPT")

@@ -198,6 +198,78 @@ def test_external_local_keeps_cluster_ip_global() -> None:
 def test_internal_local() -> None:
     state = run([svc({"internalTrafficPolicy": "Local"}), eps([ep("10.1.0.1", node="node-b")])])
     assert reals(state, vs("TCP", "10.96.0.1", 80)) == set()
+    assert dict(state.no_local_endpoints) == {"internal": 1, "external": 0}
+
+
+LOCAL_LOAD_BALANCER = svc(
+    {
+        "type": "LoadBalancer",
+        "externalTrafficPolicy": "Local",
+        "externalIPs": ["198.51.100.1"],
+        "ports": [{"name": "p", "port": 80, "nodePort": 30001}],
+    }
+) | {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}}}
+EXTERNAL_VIRTUAL_SERVERS = [
+    vs("TCP", "192.168.0.1", 30001),
+    vs("TCP", "198.51.100.1", 80),
+    vs("TCP", "203.0.113.1", 80),
+]
+
+
+def test_external_local_without_local_endpoints_serves_cluster_wide_as_kube_proxy() -> None:
+    remote = [ep("10.1.0.2", node="node-b"), ep("10.1.0.3", node="node-c")]
+    state = run([LOCAL_LOAD_BALANCER, eps(remote)])
+    for key in EXTERNAL_VIRTUAL_SERVERS:
+        assert reals(state, key) == {"10.1.0.2:8080", "10.1.0.3:8080"}, key
+    assert dict(state.no_local_endpoints) == {"internal": 0, "external": 1}
+    # The -LOCAL sets still keep outside clients' source addresses as kube-proxy does.
+    assert state.ipsets["KUBE-LOAD-BALANCER-LOCAL"].entries == frozenset({"203.0.113.1,tcp:80"})
+
+
+def test_external_local_with_a_local_endpoint_keeps_to_it_and_counts_nothing() -> None:
+    state = run([LOCAL_LOAD_BALANCER, eps([ep("10.1.0.1"), ep("10.1.0.2", node="node-b")])])
+    for key in EXTERNAL_VIRTUAL_SERVERS:
+        assert reals(state, key) == {"10.1.0.1:8080"}, key
+    assert dict(state.no_local_endpoints) == {"internal": 0, "external": 0}
+
+
+@pytest.mark.parametrize(
+    "endpoints",
+    [[], [ep("10.1.0.2", node="node-b", ready=False)]],
+    ids=["no endpoints", "none usable"],
+)
+def test_external_local_without_usable_endpoints_anywhere_is_not_counted(
+    endpoints: list[dict[str, Any]],
+) -> None:
+    state = run([LOCAL_LOAD_BALANCER, eps(endpoints)])
+    assert all(reals(state, key) == set() for key in EXTERNAL_VIRTUAL_SERVERS)
+    assert dict(state.no_local_endpoints) == {"internal": 0, "external": 0}
+
+
+def test_both_policies_local_fall_back_only_on_external_addresses() -> None:
+    both = LOCAL_LOAD_BALANCER | {
+        "spec": {**LOCAL_LOAD_BALANCER["spec"], "internalTrafficPolicy": "Local"}
+    }
+    state = run([both, eps([ep("10.1.0.2", node="node-b")])])
+    assert reals(state, vs("TCP", "10.96.0.1", 80)) == set()
+    assert reals(state, vs("TCP", "192.168.0.1", 30001)) == {"10.1.0.2:8080"}
+    assert dict(state.no_local_endpoints) == {"internal": 1, "external": 1}
+
+
+def test_no_local_endpoints_counts_services_not_ports() -> None:
+    service = LOCAL_LOAD_BALANCER | {
+        "spec": {
+            **LOCAL_LOAD_BALANCER["spec"],
+            "ports": [
+                {"name": "p", "port": 80, "nodePort": 30001},
+                {"name": "q", "port": 81, "nodePort": 30002},
+            ],
+        }
+    }
+    slice_ports = [{"name": "p", "port": 8080}, {"name": "q", "port": 8081}]
+    state = run([service, eps([ep("10.1.0.2", node="node-b")], ports=slice_ports)])
+    assert reals(state, vs("TCP", "192.168.0.1", 30002)) == {"10.1.0.2:8081"}
+    assert dict(state.no_local_endpoints) == {"internal": 0, "external": 1}
 
 
 @pytest.mark.parametrize(
