@@ -102,10 +102,15 @@ class Probe(NetlinkIPVS):
         return weights
 
 
-def _write(path: Path, objects: list[dict[str, Any]]) -> None:
-    """Replace the file whole, so the daemon never reads half of it."""
+def _write(path: Path, objects: list[dict[str, Any]], padding: int = 0) -> None:
+    """Replace the file whole, so the daemon never reads half of it.
+
+    ``padding`` spaces make the size differ from the last write: the file source notices a
+    change by modification time and size, and hostfs in the lab keeps coarse times, so a
+    same-size rewrite within the same tick (an endpoint's address for another) went unseen.
+    """
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(as_list(objects)))
+    partial.write_text(json.dumps(as_list(objects)) + " " * padding)
     os.replace(partial, path)
 
 
@@ -146,10 +151,12 @@ class _Churn:
         self._services, self._changes = services, changes
         self.latencies: dict[str, list[float]] = {kind: [] for kind in CHANGE_KINDS}
         self.lost = 0
+        self._writes = 0
 
     def _timed(self, kind: str, objects: list[dict[str, Any]], done: Callable[[], bool]) -> None:
         time.sleep(0.05)  # apart from the previous change, not timed
-        _write(self._path, objects)
+        self._writes += 1
+        _write(self._path, objects, padding=1000 * (self._writes % 2))
         latency = _wait(done, CHANGE_TIMEOUT)
         if latency is None:
             self.lost += 1
