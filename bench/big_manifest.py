@@ -1,4 +1,4 @@
-"""The 10,000-service, 100,000-endpoint cluster of translate_bench as one JSON manifest.
+"""The 10,000-service, 100,000-endpoint cluster of bench/cluster.py as one JSON manifest.
 
 As ``kubectl get services,endpointslices,nodes -A -o json`` prints it (indented):
 ``python bench/big_manifest.py /tmp/big.json``; ``bench/command_bench.py`` times the whole
@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 # Run as a script, so this folder is on the path.
-from translate_bench import cluster_objects
+from cluster import cluster_objects
 
 
 def write_manifest(path: Path) -> None:
-    objects = cluster_objects()
+    objects = cluster_objects(10_000)
     for number, obj in enumerate(objects):
         obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:{number // 60 % 60:02d}:00Z"
     with path.open("w") as out:

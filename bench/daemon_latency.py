@@ -1,0 +1,234 @@
+"""The daemon's figures: one-change latency against cluster size, and its peak RSS.
+
+Written against the ``ipvsproxy run`` interface (/work/run-spec.md): the daemon reads a folder
+of manifests with ``--source DIR`` and reloads it when a file changes. The cluster lives in
+one file; each change rewrites a second, small file, and the latency is the time from that
+write (the change reaching ipvsproxy) to the kernel holding it, seen by asking IPVS for that
+one virtual server (O(1), so the probe does not grow with the cluster). Three kinds of change,
+``changes`` of each: a Service added, one endpoint of its EndpointSlice replaced, the Service
+deleted, each with the rest of the cluster in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyroute2.netlink.generic import ipvs as genl_ipvs
+
+from bench.cluster import (
+    ENDPOINTS_PER_SERVICE,
+    NODE_NAME,
+    as_list,
+    cluster_ip,
+    endpoint_slice_object,
+    pod_ip,
+    service_object,
+)
+from ipvsproxy.kernel.ipvs import (
+    NetlinkIPVS,
+    _family,
+    _nla,
+    _real_server_state,
+    _reply,
+    _service_key_attrs,
+)
+from ipvsproxy.kernel.netlink import NLM_F_DUMP
+from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
+
+CHANGE_KINDS = ("service_added", "endpoint_changed", "service_deleted")
+# Longest wait for one change before it counts as lost.
+CHANGE_TIMEOUT = 120.0
+STARTUP_TIMEOUT = 3600.0
+DAEMON_FLAGS = (
+    "--hostname-override",
+    NODE_NAME,
+    "--ipvs-min-sync-period",
+    "0s",
+    "--ipvs-sync-period",
+    "1h",
+    "--metrics-bind-address",
+    "127.0.0.1:0",
+    "--healthz-bind-address",
+    "127.0.0.1:0",
+)
+
+
+@functools.cache
+def daemon_available() -> bool:
+    """Whether this ipvsproxy has the daemon: ``run`` takes the spec's flags."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ipvsproxy", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode == 0 and "--ipvs-min-sync-period" in done.stdout
+
+
+class Probe(NetlinkIPVS):
+    """One virtual server's real servers and weights, without dumping the whole table."""
+
+    def weights(self, key: VirtualServerKey) -> Mapping[IPAddress, int] | None:
+        service = [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(key)))]
+        try:
+            self._socket.request(
+                self._family_id, 0, self._body(genl_ipvs.IPVS_CMD_GET_SERVICE, service)
+            )
+        except OSError as error:
+            if error.errno in (errno.ESRCH, errno.ENOENT):
+                return None
+            raise
+        weights = {}
+        for message in self._socket.request(
+            self._family_id, NLM_F_DUMP, self._body(genl_ipvs.IPVS_CMD_GET_DEST, service)
+        ):
+            state = _real_server_state(_reply(message, "IPVS_CMD_ATTR_DEST"), _family(key.address))
+            weights[state.server.key.address] = state.server.weight
+        return weights
+
+
+def _write(path: Path, objects: list[dict[str, Any]], padding: int = 0) -> None:
+    """Replace the file whole, so the daemon never reads half of it.
+
+    ``padding`` spaces make the size differ from the last write: the file source notices a
+    change by modification time and size, and hostfs in the lab keeps coarse times, so a
+    same-size rewrite within the same tick (an endpoint's address for another) went unseen.
+    """
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(as_list(objects)) + " " * padding)
+    os.replace(partial, path)
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> float | None:
+    start = time.perf_counter()
+    while not condition():
+        if time.perf_counter() - start > timeout:
+            return None
+        time.sleep(0.001)
+    return time.perf_counter() - start
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
+
+
+def _summary(latencies: list[float]) -> dict[str, float | None]:
+    milliseconds = [seconds * 1000 for seconds in latencies]
+    return {"p50_ms": _percentile(milliseconds, 0.5), "p99_ms": _percentile(milliseconds, 0.99)}
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+class _Churn:
+    """Adds, changes and deletes one extra service at a time; times each until the kernel has it."""
+
+    def __init__(self, path: Path, probe: Probe, services: int, changes: int) -> None:
+        self._path, self._probe = path, probe
+        self._services, self._changes = services, changes
+        self.latencies: dict[str, list[float]] = {kind: [] for kind in CHANGE_KINDS}
+        self.lost = 0
+        self._writes = 0
+
+    def _timed(self, kind: str, objects: list[dict[str, Any]], done: Callable[[], bool]) -> None:
+        time.sleep(0.05)  # apart from the previous change, not timed
+        self._writes += 1
+        _write(self._path, objects, padding=1000 * (self._writes % 2))
+        latency = _wait(done, CHANGE_TIMEOUT)
+        if latency is None:
+            self.lost += 1
+        else:
+            self.latencies[kind].append(latency)
+
+    def round(self, number: int) -> None:
+        index = self._services + number
+        name = f"churn-{number}"
+        key = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(index)), 80)
+        service = service_object(index, name, node_port=False)
+        slice_ = endpoint_slice_object(index, name)
+        first = _address(slice_["endpoints"][0]["addresses"][0])
+        self._timed("service_added", [service, slice_], lambda: self._ready(key, first))
+        moved = pod_ip((self._services + self._changes + number) * ENDPOINTS_PER_SERVICE)
+        slice_["endpoints"][0]["addresses"] = [moved]
+        self._timed(
+            "endpoint_changed",
+            [service, slice_],
+            lambda: self._moved(key, first, _address(moved)),
+        )
+        self._timed("service_deleted", [], lambda: self._probe.weights(key) is None)
+
+    def _ready(self, key: VirtualServerKey, address: IPAddress) -> bool:
+        weights = self._probe.weights(key)
+        return weights is not None and len(weights) == ENDPOINTS_PER_SERVICE and address in weights
+
+    def _moved(self, key: VirtualServerKey, old: IPAddress, new: IPAddress) -> bool:
+        weights = self._probe.weights(key) or {}
+        return weights.get(new, 0) > 0 and not weights.get(old, 0)
+
+
+def _address(text: str) -> IPAddress:
+    return ipaddress.ip_address(text)
+
+
+def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
+    services = int(manifest.stem.rsplit("-", 1)[-1])
+    folder = Path(tempfile.mkdtemp(prefix="ipvsproxy-bench-"))
+    shutil.copyfile(manifest, folder / "cluster.json")
+    churn_file = folder / "churn.json"
+    _write(churn_file, [])
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "ipvsproxy", "run", "--source", str(folder), *DAEMON_FLAGS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with contextlib.closing(Probe()) as probe:
+            last = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(services - 1)), 80)
+            first_sync = _wait(lambda: probe.weights(last) is not None, STARTUP_TIMEOUT)
+            if first_sync is None or daemon.poll() is not None:
+                raise RuntimeError("ipvsproxy run did not program the cluster")
+            churn = _Churn(churn_file, probe, services, changes)
+            for number in range(changes):
+                churn.round(number)
+        everything = [value for values in churn.latencies.values() for value in values]
+        overall = _summary(everything)
+        return {
+            "daemon_first_sync_s": first_sync,
+            "latency_p50_ms": overall["p50_ms"],
+            "latency_p99_ms": overall["p99_ms"],
+            "latency_by_change": {kind: _summary(v) for kind, v in churn.latencies.items()},
+            "latency_changes": len(everything),
+            "latency_lost_changes": churn.lost,
+            "peak_rss_mb": _peak_rss_mb(daemon.pid),
+        }
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,221 @@
+"""The scale benchmark's kernel figures, taken inside one lab boot, side by side with the tools.
+
+``python -m tests.lab --run python -m bench.lab_scale --out FILE MANIFEST...`` (``nox -s bench``
+does it). For each manifest, made by ``bench.cluster``, and with the kernel emptied between
+steps:
+
+* ``ipvsadm -R`` restoring the same virtual and real servers and ``ip -batch`` binding the same
+  addresses, then ``ipvsadm -Sn`` reading that table back;
+* ``ipvsproxy sync --once --source MANIFEST`` twice, as processes (start included): a first sync
+  into an empty kernel, then a resync that must write nothing;
+* the reconciler in this process: a first sync and a resync (wall, CPU and writes);
+* the daemon, when ``ipvsproxy run`` exists: one-change latencies and its peak RSS.
+
+Absolute times in UML are slow and noisy; the ratios to the tools are what the report quotes.
+Writes one JSON object to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.cluster import NODE_NAME
+from bench.daemon_latency import daemon_available, measure_daemon
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.model import DUMMY_INTERFACE, DesiredState
+from ipvsproxy.reconcile.cleanup import remove_leftovers
+from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.translate import Settings, translate
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def empty_kernel() -> None:
+    """What a previous step left: our objects through cleanup, then anything ipvsadm added."""
+    with real_kernel() as kernel:
+        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
+    if report.failed:
+        raise RuntimeError(f"cleanup failed: {report.failed}")
+    subprocess.run(["ipvsadm", "-C"], check=True)
+    subprocess.run(["ip", "link", "del", DUMMY_INTERFACE], stderr=subprocess.DEVNULL, check=False)
+
+
+def ipvsadm_script(desired: DesiredState) -> str:
+    flag = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
+    lines = []
+    for key, wanted in desired.virtual_servers.items():
+        service = f"{flag[key.protocol.name]} {key.address}:{key.port}"
+        lines.append(f"-A {service} -s {wanted.server.scheduler}")
+        lines += [
+            f"-a {service} -r {real.key.address}:{real.key.port} -m -w {real.weight}"
+            for real in wanted.real_servers.values()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def ip_batch_script(desired: DesiredState) -> str:
+    return "".join(
+        f"address add {address}/{address.max_prefixlen} dev {DUMMY_INTERFACE}\n"
+        for address in sorted(desired.bound_addresses, key=str)
+    )
+
+
+def timed_command(command: list[str], stdin: str | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, input=stdin, text=True, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def measure_tools(desired: DesiredState) -> dict[str, float]:
+    restore = timed_command(["ipvsadm", "-R"], ipvsadm_script(desired))
+    save = timed_command(["ipvsadm", "-Sn"])
+    subprocess.run(["ip", "link", "add", DUMMY_INTERFACE, "type", "dummy"], check=True)
+    batch = timed_command(["ip", "-batch", "-"], ip_batch_script(desired))
+    return {"ipvsadm_restore_s": restore, "ipvsadm_save_s": save, "ip_batch_s": batch}
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    stdout: str
+
+
+def timed_process(command: list[str]) -> ProcessRun:
+    """One child process, which must exit 0, with its own CPU time and peak RSS."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=errors)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        errors.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{command} failed: {errors.read()[-2000:]}")
+        return ProcessRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read())
+
+
+def measure_once(manifest: Path) -> dict[str, float]:
+    command = [
+        sys.executable,
+        "-m",
+        "ipvsproxy",
+        "sync",
+        "--once",
+        "--source",
+        str(manifest),
+        "--hostname-override",
+        NODE_NAME,
+        "--output",
+        "json",
+    ]
+    first = timed_process(command)
+    resync = timed_process(command)
+    return {
+        "once_first_sync_s": first.wall_s,
+        "once_first_sync_cpu_s": first.cpu_s,
+        "once_resync_s": resync.wall_s,
+        "once_resync_cpu_s": resync.cpu_s,
+        "once_resync_writes": json.loads(resync.stdout)["writes"],
+        "once_peak_rss_mb": max(first.peak_rss_mb, resync.peak_rss_mb),
+    }
+
+
+def measure_reconciler(desired: DesiredState) -> dict[str, float]:
+    with real_kernel() as kernel:
+        reconciler = Reconciler(kernel)
+        first, _ = wall_and_cpu(lambda: reconciler.sync(desired))
+        result = None
+
+        def resync() -> None:
+            nonlocal result
+            result = reconciler.sync(desired)
+
+        resync_s, resync_cpu = wall_and_cpu(resync)
+    assert result is not None
+    return {
+        "first_sync_s": first,
+        "resync_s": resync_s,
+        "resync_cpu_s": resync_cpu,
+        "resync_writes": result.writes,
+    }
+
+
+def wall_and_cpu(action: Callable[[], object]) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
+    action()
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def measure(manifest: Path, changes: int, once: bool) -> dict[str, Any]:
+    # Our own copy of the cluster, read with json: what is measured is the tools and ipvsproxy.
+    snapshot, _ = snapshot_from_objects(json.loads(manifest.read_text())["items"], NODE_NAME)
+    desired = translate(snapshot, Settings())
+    figures: dict[str, Any] = {
+        "virtual_servers": len(desired.virtual_servers),
+        "real_servers": sum(len(v.real_servers) for v in desired.virtual_servers.values()),
+        "bound_addresses": len(desired.bound_addresses),
+    }
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("ipvsadm -R, ipvsadm -Sn, ip -batch", lambda: measure_tools(desired)),
+        ("reconciler in process", lambda: measure_reconciler(desired)),
+    ]
+    if once:
+        steps.insert(1, ("sync --once twice", lambda: measure_once(manifest)))
+    if daemon_available():
+        steps.append(("ipvsproxy run", lambda: measure_daemon(manifest, changes)))
+    failures = []
+    for name, step in steps:
+        empty_kernel()
+        log(f"{manifest.name}: {name}")
+        try:
+            figures |= step()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+            # One step that fails (the lab's 1 GB running out, say) leaves the others' figures.
+            failures.append(f"{name}: {error}")
+        log(f"{manifest.name}: {name}: done")
+    empty_kernel()
+    figures["daemon"] = "measured" if daemon_available() else "not available"
+    figures["failures"] = failures
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--changes", type=int, default=100, help="changes of each kind")
+    parser.add_argument(
+        "--skip-once",
+        action="store_true",
+        help="leave out sync --once (its manifest loader can exhaust the lab's memory maps)",
+    )
+    parser.add_argument("manifests", type=Path, nargs="+")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"sizes": {}}
+    for manifest in args.manifests:
+        services = manifest.stem.rsplit("-", 1)[-1]
+        results["sizes"][services] = measure(manifest, args.changes, not args.skip_once)
+        # Written after each size, so a boot that dies late keeps what it measured.
+        args.out.write_text(json.dumps(results, indent=2))
+    results["lab_loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+    results["lab_max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
