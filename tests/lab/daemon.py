@@ -15,7 +15,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.netns import Client
-from tests.lab.traffic import HttpReply, http_get, wait_until
+from tests.lab.traffic import APPLY_TIMEOUT, HttpReply, http_get, wait_until
 
 # Python imports the whole CLI across hostfs inside the lab: seconds, not milliseconds.
 START_TIMEOUT = 120.0
@@ -92,13 +92,18 @@ class Daemon:
         wait_until(self._ready, timeout, "the daemon answers /healthz 200 after a first sync")
         return self
 
-    def wait_synced_since(self, moment: float, timeout: float = 30.0) -> None:
-        """Wait for a sync that ended after ``moment`` (a ``time.time()``)."""
-        wait_until(
-            lambda: self.metrics().value(LAST_SYNC) > moment,
-            timeout,
-            f"a sync ends after {moment:.1f}",
-        )
+    def wait_synced_since(self, moment: float, timeout: float = APPLY_TIMEOUT) -> None:
+        """Wait for a whole sync that began after ``moment`` (a ``time.time()``): the first to
+        end after it may have begun before, the one that ends after that one cannot have.
+        With nothing to change, that is up to one ``--ipvs-sync-period``."""
+        self._sync_ending_after(self._sync_ending_after(moment, timeout), timeout)
+
+    def _sync_ending_after(self, moment: float, timeout: float) -> float:
+        def ended() -> float:
+            last = self.metrics().value(LAST_SYNC)
+            return last if last > moment else 0.0
+
+        return wait_until(ended, timeout, f"a sync ends after {moment:.1f}")
 
     def _ready(self) -> bool:
         if self.process.poll() is not None:

@@ -20,17 +20,21 @@ from tests.lab.netns import Client, ask, family_of, inside
 
 T = TypeVar("T")
 POLL_INTERVAL = 0.2
+# How long a proxy may take to apply a change: a bound for a broken one, never a timer. Generous,
+# as the lab shares a loaded machine's CPU, where a single sync can take many seconds.
+APPLY_TIMEOUT = 90.0
 
 
-def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll ``condition`` until it returns something truthy, failing with ``what`` at timeout."""
+def wait_until(condition: Callable[[], T], timeout: float, what: str | Callable[[], str]) -> T:
+    """Poll ``condition`` until it returns something truthy, failing with ``what`` at timeout
+    (a callable ``what`` is asked then, so it can tell the last thing it saw)."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
+            raise AssertionError(f"not within {timeout:g} s: {what() if callable(what) else what}")
         time.sleep(POLL_INTERVAL)
 
 
@@ -73,29 +77,29 @@ def _one_tcp_request(client: Client, address: str, port: int) -> str:
         return ask(sock)
 
 
-def answers(client: Client, address: str, port: int) -> bool:
-    """Whether one TCP request to ``address:port`` gets an answer."""
-    return not tcp_requests(client, address, port, 1).failures
-
-
 def wait_answered_by(
     client: Client,
     address: str,
     port: int,
     backends: set[str],
-    timeout: float = 30.0,
+    timeout: float = APPLY_TIMEOUT,
     *,
     protocol: str = "TCP",
 ) -> None:
     """Wait until a few requests get answers from exactly ``backends`` and no failure."""
     send = udp_requests if protocol == "UDP" else tcp_requests
     probes = 2 * len(backends) + 1
+    seen = [Tally()]
 
     def answered() -> bool:
-        tally = send(client, address, port, probes)
-        return not tally.failures and set(tally.answers) == backends
+        seen[0] = send(client, address, port, probes)
+        return not seen[0].failures and set(seen[0].answers) == backends
 
-    wait_until(answered, timeout, f"{protocol} {address}:{port} answered by {sorted(backends)}")
+    wait_until(
+        answered,
+        timeout,
+        lambda: f"{protocol} {address}:{port} answered by {sorted(backends)}; last: {seen[0]}",
+    )
 
 
 class LoadGenerator:
