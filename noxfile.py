@@ -68,6 +68,9 @@ def bench(session: nox.Session) -> None:
         out.write("# parse + translate, CPU time (this machine)\n")
         out.flush()
         session.run("python", "bench/translate_bench.py", stdout=out)
+        out.write("\n# the whole command on a large manifest (this machine)\n")
+        out.flush()
+        session.run("python", "bench/command_bench.py", stdout=out)
         out.write(
             "\n# IPVS and ipset writes inside the lab (ratios count; UML's absolute times do not)\n"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 
 ENTRIES = 10_000

@@ -17,9 +17,9 @@ from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
     IPVSOp,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -29,7 +29,9 @@ SERVICES = 1000
 
 def _keys() -> list[VirtualServerKey]:
     return [
-        VirtualServerKey(Protocol.TCP, ipaddress.ip_address(f"10.98.{i // 250}.{i % 250 + 1}"), 80)
+        VirtualServerKey(
+            TransportProtocol.TCP, ipaddress.ip_address(f"10.98.{i // 250}.{i % 250 + 1}"), 80
+        )
         for i in range(SERVICES)
     ]
 

@@ -14,21 +14,26 @@ from click.core import ParameterSource
 from ipvsproxy import __version__
 from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
+from ipvsproxy.cluster.deadline import deadline
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, resolve
-from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.bundle import real_kernel
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.ipvs import NetlinkIPVS
-from ipvsproxy.kernel.ipvs_sysctls import SysctlError, ensure_ipvs_sysctls
-from ipvsproxy.kernel.preconditions import PreconditionError, check_ipvs
+from ipvsproxy.kernel.errors import PreconditionError, SysctlError
+from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
+from ipvsproxy.kernel.preconditions import check_ipvs
 from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
 from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
-from ipvsproxy.render import sync_plan_json, sync_plan_text, sync_result_json, sync_result_text
+from ipvsproxy.render import (
+    LIVE_KERNEL,
+    Baseline,
+    sync_plan_json,
+    sync_plan_text,
+    sync_result_json,
+    sync_result_text,
+)
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import translate
 
@@ -103,6 +108,12 @@ _PROXY_FLAGS = (
                  help="The pods' bridge, for --detect-local-mode=BridgeInterface."),
     click.option("--pod-interface-name-prefix", metavar="PREFIX",
                  help="The pods' interface prefix, for --detect-local-mode=InterfaceNamePrefix."),
+    click.option("--service-external-ip-range", metavar="CIDRS", multiple=True,
+                 help="Accept externalIPs only inside these CIDRs (repeatable, or comma-"
+                 "separated); others are ignored with a warning [default: any]."),
+    click.option("--api-timeout", metavar="DURATION",
+                 help="The longest a one-shot read of the cluster from the API server may "
+                 "take, however slowly it answers [default: 60s]."),
 )  # fmt: skip
 
 
@@ -129,12 +140,17 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
     return resolved.config
 
 
-def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot, list[Rejection]]:
+def _snapshot(
+    source: Path | None, config: ProxyConfig, allow_empty: bool
+) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
     try:
         if source is not None:
-            return load_snapshot(source, config.hostname)
-        with connect(config.kubeconfig, config.master or None) as api:
+            return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+        with (
+            connect(config.kubeconfig, config.master or None) as api,
+            deadline(config.api_timeout, f"reading the cluster from the API server at {api.host}"),
+        ):
             read = read_cluster(
                 api, config.hostname, service_proxy_name=config.settings.service_proxy_name
             )
@@ -143,8 +159,10 @@ def _snapshot(source: Path | None, config: ProxyConfig) -> tuple[ClusterSnapshot
         _fail(str(error))
 
 
-def _desired_state(source: Path | None, config: ProxyConfig) -> DesiredState:
-    snapshot, rejections = _snapshot(source, config)
+def _desired_state(
+    source: Path | None, config: ProxyConfig, allow_empty: bool = True
+) -> DesiredState:
+    snapshot, rejections = _snapshot(source, config, allow_empty)
     desired = translate(snapshot, config.settings)
     return replace(desired, rejections=(*rejections, *desired.rejections))
 
@@ -157,9 +175,16 @@ _output_option = click.option(
 @main.command()
 @click.option("--once", is_flag=True, help="Reconcile once and exit.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Accept a --source without any Service (which removes every virtual server).",
+)
 @_output_option
 @_proxy_options
-def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: object) -> None:
+def sync(
+    ctx: click.Context, *, once: bool, dry_run: bool, allow_empty: bool, output: str, **_: object
+) -> None:
     """Reconcile the kernel's IPVS state with the cluster.
 
     Exit 0 when every operation applied, 1 when some failed (each listed), 2 for usage and
@@ -168,7 +193,7 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    desired = _desired_state(ctx.params["source"], config)
+    desired = _desired_state(ctx.params["source"], config, allow_empty)
     if dry_run:
         _dry_run(desired, output)
         return
@@ -182,11 +207,23 @@ def sync(ctx: click.Context, *, once: bool, dry_run: bool, output: str, **_: obj
             click.echo(f"sysctl {change.name}: {change.before} -> {change.after}", err=True)
         result = Reconciler(kernel).sync(desired)
     if output == "json":
-        click.echo(sync_result_json(result, desired))
+        _write(sync_result_json(result, desired))
     else:
         click.echo(sync_plan_text(result.plan, desired))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
+
+
+def _write(chunks: Iterable[str], batch: int = 65536) -> None:
+    """Text too large to hold whole, written in batches as it is made."""
+    pending: list[str] = []
+    for chunk in chunks:
+        pending.append(chunk)
+        if len(pending) >= batch:
+            sys.stdout.write("".join(pending))
+            pending.clear()
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def _schedulers(desired: DesiredState) -> set[str]:
@@ -200,11 +237,13 @@ def _dry_run(desired: DesiredState, output: str) -> None:
         with real_kernel() as kernel:
             plan = Reconciler(kernel).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
+        baseline = LIVE_KERNEL
     except PreconditionError as error:
         plan = plan_sync(desired, EMPTY_KERNEL)
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
+        baseline = Baseline(live=False, reason=str(error))
     if output == "json":
-        click.echo(sync_plan_json(plan, desired))
+        _write(sync_plan_json(plan, desired, baseline))
     else:
         click.echo(header)
         click.echo(sync_plan_text(plan, desired))
@@ -217,8 +256,8 @@ def cleanup() -> None:
     Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
     """
     _check_preconditions()
-    with NetlinkIPVS() as ipvs, NetlinkAddresses() as addresses, NetlinkIPSets() as ipsets:
-        report = remove_leftovers(ipvs, addresses, ipsets, IptablesRestore())
+    with real_kernel() as kernel:
+        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
     for line in report.removed:
         click.echo(line)
     for line in report.failed:
@@ -244,8 +283,8 @@ def _service_filter(text: str | None) -> ObjectKey | None:
 
 def _kernel_ipvs_table() -> IPVSTable:
     _check_preconditions()
-    with NetlinkIPVS() as ipvs:
-        return ipvs.dump()
+    with real_kernel() as kernel:
+        return kernel.ipvs.dump()
 
 
 @main.command()

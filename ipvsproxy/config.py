@@ -15,12 +15,11 @@ import ipaddress
 import re
 import socket
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ipvsproxy.bounded_load import LoadError, load_documents
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
 
@@ -81,6 +80,10 @@ IGNORED_FIELDS = frozenset(
 
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
+# Our flags beyond kube-proxy's: the file has no field for them, so they apply with --config.
+EXTERNAL_IP_RANGE_FLAG = "--service-external-ip-range"
+API_TIMEOUT_FLAG = "--api-timeout"
+DEFAULT_API_TIMEOUT = 60.0
 
 DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
@@ -112,6 +115,8 @@ class ProxyConfig:
     min_sync_period: float = 0.0
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
+    # The longest a one-shot read of the cluster may take, however the API server trickles.
+    api_timeout: float = DEFAULT_API_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +189,12 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The fields of a KubeProxyConfiguration file we use, by dotted path, and warnings."""
     label = f"--config {path}"
     try:
-        document = yaml.safe_load(path.read_text())
+        documents = load_documents(path.read_text()).documents
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{label}: {getattr(error, 'strerror', None) or error}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{label}: not YAML ({str(error).splitlines()[0]})") from None
+    except LoadError as error:
+        raise ConfigError(f"{label}: {error}") from None
+    document = documents[0] if len(documents) == 1 else None
     if not isinstance(document, dict):
         raise ConfigError(f"{label}: not a {KIND} object")
     if document.get("apiVersion") != API_VERSION:
@@ -263,7 +269,41 @@ def resolve(
     # As kube-proxy's defaulting: an empty value in the file means the default.
     merged = {**DEFAULTS, **values}
     merged.update({path: DEFAULTS[path] for path in DEFAULTS if merged[path] == ""})
-    return Resolved(_build(merged, origin, master), tuple(warnings))
+    return Resolved(_with_own_flags(_build(merged, origin, master), flags), tuple(warnings))
+
+
+def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfig:
+    ranges = flags.get(EXTERNAL_IP_RANGE_FLAG) or ()
+    timeout_text = flags.get(API_TIMEOUT_FLAG)
+    timeout = DEFAULT_API_TIMEOUT
+    if timeout_text is not None:
+        try:
+            timeout = parse_duration(timeout_text)
+        except ValueError:
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: not a duration") from None
+        if timeout <= 0:
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+    settings = replace(
+        config.settings,
+        external_ip_ranges=parse_cidrs(
+            ",".join([ranges] if isinstance(ranges, str) else ranges), EXTERNAL_IP_RANGE_FLAG
+        ),
+    )
+    return replace(config, settings=settings, api_timeout=timeout)
+
+
+def _interface_for_mode(
+    values: Mapping[str, Any], origin: Mapping[str, str], detect: LocalDetectMode
+) -> None:
+    """kube-proxy's validation: the interface modes are useless without their interface."""
+    needed = {
+        LocalDetectMode.BRIDGE_INTERFACE: "detectLocal.bridgeInterface",
+        LocalDetectMode.INTERFACE_NAME_PREFIX: "detectLocal.interfaceNamePrefix",
+    }.get(detect)
+    if needed is not None and not values.get(needed):
+        from_file = origin["detectLocalMode"].startswith("--config")
+        wanted = needed if from_file else FIELDS[needed][0]
+        raise ConfigError(f"{origin['detectLocalMode']} {detect.value} needs {wanted}")
 
 
 def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) -> ProxyConfig:
@@ -277,6 +317,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         raise ConfigError(
             f"{origin['detectLocalMode']} {values['detectLocalMode']!r} is not one of {known}"
         ) from None
+    _interface_for_mode(values, origin, detect)
     scheduler = values["ipvs.scheduler"]
     if scheduler not in SCHEDULERS:
         known = ", ".join(sorted(SCHEDULERS))
@@ -287,6 +328,8 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
+        if periods[path] < 0:
+            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
     raw_hostname = values.get("hostnameOverride", "")
     hostname = raw_hostname.strip().lower()
     if raw_hostname and not hostname:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,10 +27,23 @@ def address_sort_key(address: IPAddress) -> tuple[int, int]:
     return (address.version, int(address))
 
 
-class Protocol(enum.StrEnum):
+class TransportProtocol(enum.StrEnum):
     TCP = "TCP"
     UDP = "UDP"
     SCTP = "SCTP"
+
+
+# The IP protocol numbers by which IPVS, conntrack, ipsets and iptables-save know them.
+IP_PROTOCOL_NUMBERS: Mapping[TransportProtocol, int] = MappingProxyType(
+    {
+        TransportProtocol.TCP: socket.IPPROTO_TCP,
+        TransportProtocol.UDP: socket.IPPROTO_UDP,
+        TransportProtocol.SCTP: socket.IPPROTO_SCTP,
+    }
+)
+PROTOCOLS_BY_NUMBER: Mapping[int, TransportProtocol] = MappingProxyType(
+    {number: protocol for protocol, number in IP_PROTOCOL_NUMBERS.items()}
+)
 
 
 class IPFamily(enum.StrEnum):
@@ -61,7 +75,7 @@ class ServicePortName:
 
     service: ObjectKey
     port_name: str
-    protocol: Protocol
+    protocol: TransportProtocol
 
     def __str__(self) -> str:
         suffix = f":{self.port_name}" if self.port_name else ""
@@ -83,7 +97,7 @@ class TrafficPolicy(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
-    protocol: Protocol
+    protocol: TransportProtocol
     port: int
     target_port: int | str | None = None
     node_port: int | None = None
@@ -119,6 +133,9 @@ class Service:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     resource_version: str = ""
+    # metadata.creationTimestamp (RFC 3339, UTC, so it orders as text); "" when unknown.
+    # Between two services claiming one address, the older keeps it.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +161,7 @@ class Endpoint:
 class EndpointPort:
     name: str
     port: int | None
-    protocol: Protocol
+    protocol: TransportProtocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,12 +200,23 @@ class ClusterSnapshot:
     node: Node | None = None
 
 
+class SkipReason(enum.StrEnum):
+    """Why something was skipped, as a metric label (``ipvsproxy_objects_skipped_total``)."""
+
+    INVALID = "invalid"
+    DUPLICATE = "duplicate"
+    ADDRESS_CONFLICT = "address_conflict"
+    UNUSABLE_ADDRESS = "unusable_address"
+    EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why one object, or one port of it, produced nothing. Logged and counted by callers."""
+    """Why one object, or one port or address of it, produced nothing. Logged and counted."""
 
     object: str
     reason: str
+    category: SkipReason = SkipReason.INVALID
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +253,7 @@ SCHEDULERS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class VirtualServerKey:
-    protocol: Protocol
+    protocol: TransportProtocol
     address: IPAddress
     port: int
 
@@ -321,82 +349,12 @@ class IPSetContent:
 
 
 # ---------------------------------------------------------------------------------------------
-# Operations: what reconcile plans and kernel applies, one by one or batched
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AddVirtualServer:
-    server: VirtualServer
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateVirtualServer:
-    server: VirtualServer
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteVirtualServer:
-    key: VirtualServerKey
-
-
-@dataclass(frozen=True, slots=True)
-class AddRealServer:
-    virtual: VirtualServerKey
-    server: RealServer
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateRealServer:
-    virtual: VirtualServerKey
-    server: RealServer
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRealServer:
-    virtual: VirtualServerKey
-    key: RealServerKey
-
-
-IPVSOp = (
-    AddVirtualServer
-    | UpdateVirtualServer
-    | DeleteVirtualServer
-    | AddRealServer
-    | UpdateRealServer
-    | DeleteRealServer
-)
-
-
-@dataclass(frozen=True, slots=True)
-class BindAddress:
-    address: IPAddress
-
-
-@dataclass(frozen=True, slots=True)
-class UnbindAddress:
-    address: IPAddress
-
-
-AddressOp = BindAddress | UnbindAddress
-
-
-@dataclass(frozen=True, slots=True)
-class OpError:
-    """The kernel refused one operation of a batch; the others were applied regardless."""
-
-    errno: int
-    message: str
-
-
-# One entry per submitted op, in order: None when it applied.
-BatchResult = list[OpError | None]
-
-
-# ---------------------------------------------------------------------------------------------
 # Kernel values: iptables
 # ---------------------------------------------------------------------------------------------
 
+
+# The dummy interface kube-proxy's IPVS mode binds service addresses to.
+DUMMY_INTERFACE = "kube-ipvs0"
 
 # The chains kube-proxy's IPVS mode creates, per table, in its order (iptablesChains); the
 # same names are the ones cleanup deletes. Other KUBE-* chains (kubelet's KUBE-FIREWALL,
@@ -446,6 +404,145 @@ class IptablesRuleset:
 
 
 # ---------------------------------------------------------------------------------------------
+# Operations: what reconcile plans and kernel applies, one by one or batched
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddVirtualServer:
+    server: VirtualServer
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateVirtualServer:
+    server: VirtualServer
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVirtualServer:
+    key: VirtualServerKey
+
+
+@dataclass(frozen=True, slots=True)
+class AddRealServer:
+    virtual: VirtualServerKey
+    server: RealServer
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRealServer:
+    virtual: VirtualServerKey
+    server: RealServer
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRealServer:
+    virtual: VirtualServerKey
+    key: RealServerKey
+
+
+IPVSOp = (
+    AddVirtualServer
+    | UpdateVirtualServer
+    | DeleteVirtualServer
+    | AddRealServer
+    | UpdateRealServer
+    | DeleteRealServer
+)
+
+
+def virtual_of(op: IPVSOp) -> VirtualServerKey:
+    """The virtual server an IPVS op writes, or whose real server it writes."""
+    match op:
+        case AddVirtualServer(server) | UpdateVirtualServer(server):
+            return server.key
+        case DeleteVirtualServer(key):
+            return key
+        case AddRealServer(virtual) | UpdateRealServer(virtual) | DeleteRealServer(virtual):
+            return virtual
+    raise TypeError(f"not an IPVS op: {op!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class BindAddress:
+    address: IPAddress
+
+
+@dataclass(frozen=True, slots=True)
+class UnbindAddress:
+    address: IPAddress
+
+
+AddressOp = BindAddress | UnbindAddress
+
+
+@dataclass(frozen=True, slots=True)
+class OpError:
+    """The kernel refused one operation of a batch; the others were applied regardless."""
+
+    errno: int
+    message: str
+
+
+# One entry per submitted op, in order: None when it applied.
+BatchResult = list[OpError | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RealServerRef:
+    """One real server of one virtual server: the unit graceful termination works on."""
+
+    virtual: VirtualServerKey
+    real: RealServerKey
+
+    def __str__(self) -> str:
+        return f"{self.real} on {self.virtual}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureInterface:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateIPSet:
+    spec: IPSetSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AddIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteIPSetEntries:
+    name: str
+    entries: tuple[str, ...]
+
+
+IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreIptables:
+    """Written only when the kernel's chains differ; the kernel layer decides."""
+
+    ruleset: IptablesRuleset
+
+
+@dataclass(frozen=True, slots=True)
+class FlushConntrack:
+    """Forget the flows to ``virtual`` NATed to ``real``, so UDP/SCTP clients pick a live one."""
+
+    virtual: VirtualServerKey
+    real: RealServerKey
+
+
+PlanOp = EnsureInterface | AddressOp | IPSetOp | RestoreIptables | IPVSOp | FlushConntrack
+
+
+# ---------------------------------------------------------------------------------------------
 # Desired state: what translate computes and reconcile makes true
 # ---------------------------------------------------------------------------------------------
 
@@ -484,3 +581,10 @@ class DesiredState:
         default_factory=lambda: MappingProxyType({})
     )
     rejections: tuple[Rejection, ...] = ()
+
+    def skipped_by_reason(self) -> dict[SkipReason, int]:
+        """How many things were skipped, by reason: every reason present, zeros included."""
+        counts = dict.fromkeys(SkipReason, 0)
+        for rejection in self.rejections:
+            counts[rejection.category] += 1
+        return counts

@@ -7,10 +7,18 @@ at 10,000 services. Malformed objects become Rejections, never exceptions.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ipvsproxy.address_rules import ipv4_unusable_reason, unusable_reason
+from ipvsproxy.cluster.validation import (
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     ClusterSnapshot,
@@ -21,12 +29,13 @@ from ipvsproxy.model import (
     LoadBalancerIngress,
     Node,
     ObjectKey,
-    Protocol,
     Rejection,
     Service,
     ServicePort,
     ServiceType,
+    SkipReason,
     TrafficPolicy,
+    TransportProtocol,
 )
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
@@ -34,12 +43,19 @@ MAX_AFFINITY_TIMEOUT = 86400
 MISSING_NODE = (
     "not found (check --hostname-override): NodePorts, Local traffic policy and zone hints need it"
 )
-_PROTOCOLS = {p.value: p for p in Protocol}
+_PROTOCOLS = {p.value: p for p in TransportProtocol}
+_ADDRESS_VERSIONS = {"IPv4": 4, "IPv6": 6}
+# As the API server writes metadata.creationTimestamp: RFC 3339 in UTC, whole seconds.
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _SERVICE_TYPES = {t.value: t for t in ServiceType}
 
 
 class ParseError(ValueError):
     """One object, or one field of it, is malformed; callers turn it into a Rejection."""
+
+    def __init__(self, message: str, category: SkipReason = SkipReason.INVALID) -> None:
+        super().__init__(message)
+        self.category = category
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -103,7 +119,7 @@ def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _protocol(value: Any, what: str) -> Protocol:
+def _protocol(value: Any, what: str) -> TransportProtocol:
     name = _str(value, what, default="TCP")
     try:
         return _PROTOCOLS[name]
@@ -111,24 +127,40 @@ def _protocol(value: Any, what: str) -> Protocol:
         raise ParseError(f"{what}: unknown protocol {name!r}") from None
 
 
-def object_key(obj: Mapping[str, Any], *, namespaced: bool = True) -> ObjectKey:
+def object_key(
+    obj: Mapping[str, Any],
+    *,
+    namespaced: bool = True,
+    valid_name: Callable[[str], bool] = is_dns1123_subdomain,
+) -> ObjectKey:
     metadata = _mapping(obj.get("metadata"), "metadata")
     name = _str(metadata.get("name"), "metadata.name")
     if not name:
         raise ParseError("metadata.name is missing")
+    if not valid_name(name):
+        raise ParseError(f"metadata.name {name!r} is not a valid Kubernetes name")
     namespace = _str(metadata.get("namespace"), "metadata.namespace", default="default")
+    if namespaced and not is_dns1123_label(namespace):
+        raise ParseError(f"metadata.namespace {namespace!r} is not a valid Kubernetes name")
     return ObjectKey(namespace if namespaced else "", name)
 
 
 def describe(obj: Mapping[str, Any]) -> str:
     """A best-effort name for an object that may be too broken to parse."""
-    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"
+    raw_kind = obj.get("kind")
+    kind = raw_kind if isinstance(raw_kind, str) else "object"
     metadata = obj.get("metadata")
     if isinstance(metadata, Mapping):
         name, namespace = metadata.get("name"), metadata.get("namespace")
         if isinstance(name, str):
-            return f"{kind} {namespace}/{name}" if isinstance(namespace, str) else f"{kind} {name}"
-    return f"{kind} (unnamed)"
+            shown = f"{namespace}/{name}" if isinstance(namespace, str) else name
+            return f"{_quoted(kind)} {_quoted(shown)}"
+    return f"{_quoted(kind)} (unnamed)"
+
+
+def _quoted(text: str) -> str:
+    """Raw text from an object, quoted when it could break or forge the line it is shown in."""
+    return text if text.isprintable() and " " not in text else repr(text)
 
 
 def _service_port(raw: Any, index: int) -> ServicePort:
@@ -143,8 +175,11 @@ def _service_port(raw: Any, index: int) -> ServicePort:
     target = spec.get("targetPort")
     if target is not None and (isinstance(target, bool) or not isinstance(target, int | str)):
         raise ParseError(f"{what}.targetPort is neither a number nor a name")
+    name = _str(spec.get("name"), f"{what}.name")
+    if name and not is_dns1123_label(name):
+        raise ParseError(f"{what}.name {name!r} is not a valid port name")
     return ServicePort(
-        name=_str(spec.get("name"), f"{what}.name"),
+        name=name,
         protocol=_protocol(spec.get("protocol"), f"{what}.protocol"),
         port=port,
         target_port=target,
@@ -156,7 +191,7 @@ def _service_ports(raw: Any, label: str, rejections: list[Rejection]) -> tuple[S
     """Each bad or conflicting port is dropped on its own; the service keeps the rest."""
     ports: list[ServicePort] = []
     seen_names: set[str] = set()
-    seen_numbers: set[tuple[Protocol, int]] = set()
+    seen_numbers: set[tuple[TransportProtocol, int]] = set()
     for index, item in enumerate(_list(raw, "spec.ports")):
         try:
             port = _service_port(item, index)
@@ -192,7 +227,44 @@ def _policy(value: Any, what: str) -> TrafficPolicy:
     return TrafficPolicy.LOCAL if _str(value, what) == "Local" else TrafficPolicy.CLUSTER
 
 
-def _ingress(raw: Any) -> tuple[LoadBalancerIngress, ...]:
+def _created(metadata: Mapping[str, Any], label: str, rejections: list[Rejection]) -> str:
+    created = metadata.get("creationTimestamp")
+    if created is None:
+        return ""
+    if isinstance(created, str) and _TIMESTAMP.fullmatch(created):
+        return created
+    rejections.append(
+        Rejection(
+            label,
+            f"metadata.creationTimestamp {created!r} is not an RFC 3339 UTC time; "
+            "taken as the newest in address conflicts",
+        )
+    )
+    return ""
+
+
+def _check_programmable(
+    service: Service, spec: Mapping[str, Any] | None, rejections: list[Rejection]
+) -> None:
+    """Say why a Service that is not headless or ExternalName will program nothing.
+
+    Ports that were each refused already say why; only a Service that lists none is named.
+    """
+    label = f"Service {service.key}"
+    if service.type is ServiceType.EXTERNAL_NAME or service.cluster_ips[:1] == ("None",):
+        return
+    if spec is None:
+        rejections.append(Rejection(label, "has no spec; nothing to program"))
+    elif not service.cluster_ips:
+        rejections.append(
+            Rejection(label, "has no clusterIP (not allocated: never applied?); nothing to program")
+        )
+    elif not spec.get("ports"):
+        rejections.append(Rejection(label, "has no ports; nothing to program"))
+
+
+def _ingress(raw: Any, label: str, rejections: list[Rejection]) -> tuple[LoadBalancerIngress, ...]:
+    """The ingress IPs; one that does not parse is dropped alone, with a warning."""
     result: list[LoadBalancerIngress] = []
     for index, item in enumerate(_list(raw, "status.loadBalancer.ingress")):
         entry = _mapping(item, f"status.loadBalancer.ingress[{index}]")
@@ -202,7 +274,11 @@ def _ingress(raw: Any) -> tuple[LoadBalancerIngress, ...]:
         try:
             address = ipaddress.ip_address(ip)
         except ValueError:
-            raise ParseError(f"ingress[{index}].ip {ip!r} is not an IP address") from None
+            message = (
+                f"status.loadBalancer.ingress[{index}].ip {ip!r} is not an IP address; ignored"
+            )
+            rejections.append(Rejection(label, message))
+            continue
         mode = _str(entry.get("ipMode"), f"ingress[{index}].ipMode", default="VIP")
         result.append(LoadBalancerIngress(address, mode))
     return tuple(result)
@@ -213,7 +289,7 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
     label = ""  # named once the key parses; a broken object is described only on error
     rejections: list[Rejection] = []
     try:
-        key = object_key(obj)
+        key = object_key(obj, valid_name=is_dns1035_label)
         label = f"Service {key}"
         metadata = _mapping(obj.get("metadata"), "metadata")
         spec = _mapping(obj.get("spec"), "spec")
@@ -231,7 +307,9 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             ports=_service_ports(spec.get("ports"), label, rejections),
             external_ips=_str_tuple(spec.get("externalIPs"), "spec.externalIPs"),
             load_balancer_ingress=_ingress(
-                _mapping(status.get("loadBalancer"), "status.loadBalancer").get("ingress")
+                _mapping(status.get("loadBalancer"), "status.loadBalancer").get("ingress"),
+                label,
+                rejections,
             ),
             load_balancer_source_ranges=_str_tuple(
                 spec.get("loadBalancerSourceRanges"), "spec.loadBalancerSourceRanges"
@@ -250,12 +328,15 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
             annotations=_str_map(metadata.get("annotations"), "metadata.annotations"),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
+            created=_created(metadata, label, rejections),
         )
     except ParseError as error:
         return None, [
             *rejections,
             Rejection(label or describe({**obj, "kind": "Service"}), str(error)),
         ]
+    raw_spec = obj.get("spec")
+    _check_programmable(service, raw_spec if isinstance(raw_spec, Mapping) else None, rejections)
     return service, rejections
 
 
@@ -286,12 +367,40 @@ def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _endpoint(raw: Any, index: int) -> Endpoint:
+def _check_endpoint_address(text: str, version: int | None, what: str) -> None:
+    """kube-proxy programs an endpoint's first address: it must be usable, of the slice's type."""
+    if version is None:  # FQDN slices: left to translate, which handles none
+        return
+    if version == 4:
+        # inet_pton takes what ipaddress takes for IPv4, many times faster; a miss is
+        # explained by the slow path below.
+        try:
+            value = int.from_bytes(socket.inet_pton(socket.AF_INET, text))
+        except OSError:
+            pass
+        else:
+            reason = ipv4_unusable_reason(value)
+            if reason is not None:
+                raise ParseError(f"{what} address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS)
+            return
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ParseError(f"{what} address {text!r} is not an IP address") from None
+    if address.version != version:
+        raise ParseError(f"{what} address {text!r} is not IPv{version}, the slice's addressType")
+    reason = unusable_reason(address)
+    if reason is not None:
+        raise ParseError(f"{what} address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS)
+
+
+def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
     what = f"endpoints[{index}]"
     entry = _mapping(raw, what)
     addresses = _str_tuple(entry.get("addresses"), what + ".addresses")
     if not addresses:
         raise ParseError(f"{what} has no addresses")
+    _check_endpoint_address(addresses[0], version, what)
     hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,
@@ -308,8 +417,11 @@ def _endpoint_port(raw: Any, index: int) -> EndpointPort:
     port = _int(entry.get("port"), f"ports[{index}].port")
     if port is not None and not 1 <= port <= 65535:
         raise ParseError(f"ports[{index}].port {port} is outside 1-65535")
+    name = _str(entry.get("name"), f"ports[{index}].name")
+    if name and not is_dns1123_label(name):
+        raise ParseError(f"ports[{index}].name {name!r} is not a valid port name")
     return EndpointPort(
-        name=_str(entry.get("name"), f"ports[{index}].name"),
+        name=name,
         port=port,
         protocol=_protocol(entry.get("protocol"), f"ports[{index}].protocol"),
     )
@@ -329,12 +441,14 @@ def parse_endpoint_slice(
         service_name = labels.get("kubernetes.io/service-name", "")
         if not service_name:
             raise ParseError("no kubernetes.io/service-name label")
+        address_type = _str(obj.get("addressType"), "addressType")
+        version = _ADDRESS_VERSIONS.get(address_type)
         endpoints: list[Endpoint] = []
         for index, item in enumerate(_list(obj.get("endpoints"), "endpoints")):
             try:
-                endpoints.append(_endpoint(item, index))
+                endpoints.append(_endpoint(item, index, version))
             except ParseError as error:
-                rejections.append(Rejection(label, str(error)))
+                rejections.append(Rejection(label, f"{error}; endpoint dropped", error.category))
         ports: list[EndpointPort] = []
         for index, item in enumerate(_list(obj.get("ports"), "ports")):
             try:
@@ -344,7 +458,7 @@ def parse_endpoint_slice(
         endpoint_slice = EndpointSlice(
             key=key,
             service_name=service_name,
-            address_type=_str(obj.get("addressType"), "addressType"),
+            address_type=address_type,
             endpoints=tuple(endpoints),
             ports=tuple(ports),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
@@ -357,29 +471,106 @@ def parse_endpoint_slice(
     return endpoint_slice, rejections
 
 
+def _parses(parse: Callable[[str], object], text: str) -> bool:
+    try:
+        parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _network(text: str) -> object:
+    # Node podCIDRs as Go's net.ParseCIDR reads them: host bits allowed.
+    return ipaddress.ip_network(text, strict=False)
+
+
 def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
+    """The Node; an address or pod CIDR that does not parse is dropped alone, with a warning."""
+    rejections: list[Rejection] = []
     try:
         key = object_key(obj, namespaced=False)
+        label = f"Node {key.name}"
         metadata = _mapping(obj.get("metadata"), "metadata")
         spec = _mapping(obj.get("spec"), "spec")
         status = _mapping(obj.get("status"), "status")
         pod_cidrs = _str_tuple(spec.get("podCIDRs"), "spec.podCIDRs")
         if not pod_cidrs and spec.get("podCIDR"):
             pod_cidrs = (_str(spec.get("podCIDR"), "spec.podCIDR"),)
+        for text in pod_cidrs:
+            if not _parses(_network, text):
+                rejections.append(
+                    Rejection(label, f"spec.podCIDRs {text!r} is not a CIDR; ignored")
+                )
         addresses: list[str] = []
         for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
             entry = _mapping(item, f"status.addresses[{index}]")
             if _str(entry.get("type"), "address type") in ("InternalIP", "ExternalIP"):
-                addresses.append(_str(entry.get("address"), "address"))
+                text = _str(entry.get("address"), "address")
+                if _parses(ipaddress.ip_address, text):
+                    addresses.append(text)
+                else:
+                    rejections.append(
+                        Rejection(
+                            label,
+                            f"status.addresses[{index}] {text!r} is not an IP address; ignored",
+                        )
+                    )
         node = Node(
             name=key.name,
             addresses=tuple(addresses),
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
-            pod_cidrs=pod_cidrs,
+            pod_cidrs=tuple(text for text in pod_cidrs if _parses(_network, text)),
         )
     except ParseError as error:
         return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]
-    return node, []
+    return node, rejections
+
+
+class SnapshotBuilder:
+    """Objects added one at a time, each answered with its own rejections; then the snapshot.
+
+    Other kinds than Service, EndpointSlice and Node are ignored. An object with the
+    namespace/name of one added before replaces it (callers that can tell say so).
+    """
+
+    def __init__(self, node_name: str | None) -> None:
+        self._node_name = node_name
+        self._services: dict[ObjectKey, Service] = {}
+        self._slices: dict[ObjectKey, EndpointSlice] = {}
+        self._node: Node | None = None
+
+    def add(self, obj: Any) -> list[Rejection]:
+        if not isinstance(obj, Mapping):
+            return [Rejection("object (unnamed)", "not an object")]
+        kind = obj.get("kind")
+        if kind == "Service":
+            service, problems = parse_service(obj)
+            if service is not None:
+                self._services[service.key] = service
+            return problems
+        if kind == "EndpointSlice":
+            endpoint_slice, problems = parse_endpoint_slice(obj)
+            if endpoint_slice is not None:
+                self._slices[endpoint_slice.key] = endpoint_slice
+            return problems
+        if kind == "Node":
+            parsed, problems = parse_node(obj)
+            if parsed is None or parsed.name != self._node_name:
+                return problems if parsed is None else []
+            self._node = parsed
+            return problems
+        return []
+
+    def build(self) -> tuple[ClusterSnapshot, list[Rejection]]:
+        rejections: list[Rejection] = []
+        if self._node_name is not None and self._node is None:
+            rejections.append(Rejection(f"Node {self._node_name}", MISSING_NODE))
+        snapshot = ClusterSnapshot(
+            services=MappingProxyType(self._services),
+            endpoint_slices=MappingProxyType(self._slices),
+            node=self._node,
+        )
+        return snapshot, rejections
 
 
 @without_cyclic_gc
@@ -387,32 +578,7 @@ def snapshot_from_objects(
     objects: Iterable[Mapping[str, Any]], node_name: str | None
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """Services, slices and the Node called ``node_name``; other kinds are ignored."""
-    services: dict[ObjectKey, Service] = {}
-    slices: dict[ObjectKey, EndpointSlice] = {}
-    node: Node | None = None
-    rejections: list[Rejection] = []
-    for obj in objects:
-        if not isinstance(obj, Mapping):
-            rejections.append(Rejection("object (unnamed)", "not an object"))
-            continue
-        kind = obj.get("kind")
-        if kind == "Service":
-            service, problems = parse_service(obj)
-            rejections.extend(problems)
-            if service is not None:
-                services[service.key] = service
-        elif kind == "EndpointSlice":
-            endpoint_slice, problems = parse_endpoint_slice(obj)
-            rejections.extend(problems)
-            if endpoint_slice is not None:
-                slices[endpoint_slice.key] = endpoint_slice
-        elif kind == "Node":
-            parsed, problems = parse_node(obj)
-            rejections.extend(problems)
-            if parsed is not None and parsed.name == node_name:
-                node = parsed
-    if node_name is not None and node is None:
-        rejections.append(Rejection(f"Node {node_name}", MISSING_NODE))
-    return ClusterSnapshot(
-        services=MappingProxyType(services), endpoint_slices=MappingProxyType(slices), node=node
-    ), rejections
+    builder = SnapshotBuilder(node_name)
+    rejections = [rejection for obj in objects for rejection in builder.add(obj)]
+    snapshot, more = builder.build()
+    return snapshot, [*rejections, *more]

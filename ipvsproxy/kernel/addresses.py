@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipvsproxy.kernel.netlink import refusals_as_os_errors
 from ipvsproxy.model import AddressOp, BatchResult, BindAddress, IPAddress, OpError
 
 IFA_F_NODAD = 0x02
@@ -51,13 +52,15 @@ class NetlinkAddresses:
         return self._index(name) is not None
 
     def ensure_interface(self, name: str) -> None:
-        if not self.interface_exists(name):
-            self._route.link("add", ifname=name, kind="dummy")
+        with refusals_as_os_errors():
+            if not self.interface_exists(name):
+                self._route.link("add", ifname=name, kind="dummy")
 
     def delete_interface(self, name: str) -> None:
-        index = self._index(name)
-        if index is not None:
-            self._route.link("del", index=index)
+        with refusals_as_os_errors():
+            index = self._index(name)
+            if index is not None:
+                self._route.link("del", index=index)
 
     def addresses(self, name: str) -> frozenset[IPAddress]:
         index = self._index(name)

@@ -1,35 +1,18 @@
-"""The six kernel interfaces as one object, so callers pass the kernel around whole."""
+"""The machine's kernel and the in-memory fakes, each as one ``Kernel``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
 from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
-from ipvsproxy.kernel.interfaces import (
-    AddressKernel,
-    ConntrackKernel,
-    IPSetKernel,
-    IptablesKernel,
-    IPVSKernel,
-    SysctlKernel,
-)
-from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
-from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
-
-
-@dataclass(frozen=True, slots=True)
-class Kernel:
-    ipvs: IPVSKernel
-    addresses: AddressKernel
-    ipsets: IPSetKernel
-    iptables: IptablesKernel
-    sysctl: SysctlKernel
-    conntrack: ConntrackKernel
 
 
 class FakeKernel:

@@ -16,11 +16,15 @@ from typing import Any
 from pyroute2.conntrack import Conntrack, NFCTAttrTuple
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ipvsproxy.kernel.ipvs import IP_PROTOCOLS, PROTOCOLS_BY_NUMBER
-from ipvsproxy.model import IPAddress, Protocol, RealServerKey, VirtualServerKey
-
-# How long a flow written by add_flow lives unless traffic refreshes it.
-SEEDED_FLOW_TIMEOUT = 120
+from ipvsproxy.kernel.netlink import refusals_as_os_errors
+from ipvsproxy.model import (
+    IP_PROTOCOL_NUMBERS,
+    PROTOCOLS_BY_NUMBER,
+    IPAddress,
+    RealServerKey,
+    TransportProtocol,
+    VirtualServerKey,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,7 @@ class Flow:
     client_port: int
 
     def matches(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> bool:
         """Whether this is a ``protocol`` flow to service's address and port, NATed to endpoint."""
         return (
@@ -56,7 +60,7 @@ class FakeConntrack:
         return frozenset(self._flows)
 
     def delete_entries(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
         doomed = {flow for flow in self._flows if flow.matches(protocol, service, endpoint)}
         self._flows -= doomed
@@ -72,7 +76,7 @@ def _address(ip: Any, direction: str) -> IPAddress:
     return ipaddress.ip_address(value)
 
 
-def _flow(message: Any) -> Flow | None:
+def decode_flow(message: Any) -> Flow | None:
     """The Flow a dumped conntrack message is; None for one without ports (ICMP, ...).
 
     Decoded here rather than by pyroute2's ConntrackEntry, which reads no SCTP ports.
@@ -96,13 +100,13 @@ def _flow(message: Any) -> Flow | None:
     )
 
 
-def _original(flow: Flow) -> NFCTAttrTuple:
+def original_tuple(flow: Flow) -> NFCTAttrTuple:
     """The tuple of the flow's first packet, by which the kernel knows the flow."""
     return NFCTAttrTuple(
         family=_family(flow.client),
         saddr=str(flow.client),
         daddr=str(flow.service.address),
-        proto=IP_PROTOCOLS[flow.service.protocol],
+        proto=IP_PROTOCOL_NUMBERS[flow.service.protocol],
         sport=flow.client_port,
         dport=flow.service.port,
     )
@@ -132,54 +136,32 @@ class NetlinkConntrack:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def add_flow(self, flow: Flow) -> None:
-        """Write a flow into the table, as if its first packet had been NATed."""
-        original = _original(flow)
-        self._tables[flow.client.version].entry(
-            "add",
-            timeout=SEEDED_FLOW_TIMEOUT,
-            tuple_orig=original,
-            tuple_reply=NFCTAttrTuple(
-                family=original.family,
-                saddr=str(flow.endpoint.address),
-                daddr=str(flow.client),
-                proto=original.proto,
-                sport=flow.endpoint.port,
-                dport=flow.client_port,
-            ),
-        )
-
-    def flows(self) -> frozenset[Flow]:
-        found = set()
-        for table in self._tables.values():
-            for message in table.dump():
-                flow = _flow(message)
-                if flow is not None:
-                    found.add(flow)
-        return frozenset(found)
-
     def delete_entries(
-        self, protocol: Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
-        table = self._tables[service.address.version]
-        # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
-        # an IPv6 address filter matched nothing, so the address is compared here.
-        to_service = NFCTAttrTuple(
-            family=_family(service.address), proto=IP_PROTOCOLS[protocol], dport=service.port
-        )
-        doomed = [
-            flow
-            for message in table.dump(tuple_orig=to_service)
-            if (flow := _flow(message)) is not None and flow.matches(protocol, service, endpoint)
-        ]
-        deleted = 0
-        for flow in doomed:
-            try:
-                table.entry("del", tuple_orig=_original(flow))
-            except NetlinkError as error:
-                # The flow may have expired between the dump and the delete.
-                if error.code != errno.ENOENT:
-                    raise
-                continue
-            deleted += 1
-        return deleted
+        with refusals_as_os_errors():
+            table = self._tables[service.address.version]
+            # The kernel filters by protocol and port; by address too, but in the lab's 6.1 kernel
+            # an IPv6 address filter matched nothing, so the address is compared here.
+            to_service = NFCTAttrTuple(
+                family=_family(service.address),
+                proto=IP_PROTOCOL_NUMBERS[protocol],
+                dport=service.port,
+            )
+            doomed = [
+                flow
+                for message in table.dump(tuple_orig=to_service)
+                if (flow := decode_flow(message)) is not None
+                and flow.matches(protocol, service, endpoint)
+            ]
+            deleted = 0
+            for flow in doomed:
+                try:
+                    table.entry("del", tuple_orig=original_tuple(flow))
+                except NetlinkError as error:
+                    # The flow may have expired between the dump and the delete.
+                    if error.code != errno.ENOENT:
+                        raise
+                    continue
+                deleted += 1
+            return deleted

@@ -29,6 +29,8 @@ from ipvsproxy.kernel.netlink import (
     attribute,
 )
 from ipvsproxy.model import (
+    IP_PROTOCOL_NUMBERS,
+    PROTOCOLS_BY_NUMBER,
     SCHEDULERS,
     AddRealServer,
     AddVirtualServer,
@@ -40,7 +42,6 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     OpError,
-    Protocol,
     RealServer,
     RealServerKey,
     RealServerState,
@@ -53,12 +54,6 @@ from ipvsproxy.model import (
     VirtualServerState,
 )
 
-IP_PROTOCOLS = {
-    Protocol.TCP: socket.IPPROTO_TCP,
-    Protocol.UDP: socket.IPPROTO_UDP,
-    Protocol.SCTP: socket.IPPROTO_SCTP,
-}
-PROTOCOLS_BY_NUMBER = {number: protocol for protocol, number in IP_PROTOCOLS.items()}
 WRITABLE_FLAGS = ~ServiceFlags.HASHED & 0xFFFF
 
 
@@ -69,7 +64,7 @@ def _family(address: IPAddress) -> int:
 def _service_key_attrs(key: VirtualServerKey) -> list[tuple[str, Any]]:
     return [
         ("IPVS_SVC_ATTR_AF", _family(key.address)),
-        ("IPVS_SVC_ATTR_PROTOCOL", IP_PROTOCOLS[key.protocol]),
+        ("IPVS_SVC_ATTR_PROTOCOL", IP_PROTOCOL_NUMBERS[key.protocol]),
         ("IPVS_SVC_ATTR_ADDR", str(key.address)),
         ("IPVS_SVC_ATTR_PORT", key.port),
     ]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ipvsproxy.kernel.interfaces import SysctlKernel
+from ipvsproxy.kernel.errors import SysctlError
+from ipvsproxy.kernel.protocols import SysctlKernel
 
 CONN_REUSE_MODE = "net.ipv4.vs.conn_reuse_mode"
 CONN_REUSE_MIN_KERNEL = (4, 1)
@@ -24,10 +25,6 @@ ALWAYS = (
 )
 STRICT_ARP = (("net.ipv4.conf.all.arp_ignore", "1"), ("net.ipv4.conf.all.arp_announce", "2"))
 _RELEASE = re.compile(r"\s*v?(\d+(?:\.\d+)+)")
-
-
-class SysctlError(Exception):
-    """A kernel parameter could not be read or set; the message is one line."""
 
 
 @dataclass(frozen=True, slots=True)

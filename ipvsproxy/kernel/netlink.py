@@ -11,6 +11,9 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from pyroute2.netlink.exceptions import NetlinkError
 
 from ipvsproxy.model import BatchResult, OpError
 
@@ -56,6 +59,15 @@ def attributes(data: bytes, offset: int = 0) -> Iterator[tuple[int, bytes]]:
             return
         yield kind & NLA_TYPE_MASK, data[offset + NLA_HEADER.size : offset + length]
         offset += (length + 3) & ~3
+
+
+@contextmanager
+def refusals_as_os_errors() -> Iterator[None]:
+    """Raise pyroute2's NetlinkError as the OSError every kernel interface refuses with."""
+    try:
+        yield
+    except NetlinkError as error:
+        raise OSError(error.code, os.strerror(error.code)) from error
 
 
 def _error_code(message: bytes) -> int:

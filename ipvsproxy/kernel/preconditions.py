@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ipvsproxy.kernel.errors import PreconditionError
 
-class PreconditionError(Exception):
-    """The machine cannot run ipvsproxy; the message says what to do, in one line."""
+# linux/capability.h: the one capability programming IPVS, addresses and netfilter needs.
+CAP_NET_ADMIN = 12
+
+
+def effective_capabilities(proc: Path = Path("/proc")) -> int:
+    """This process's effective capability set (CapEff), as the kernel reports it."""
+    for line in (proc / "self" / "status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "CapEff":
+            return int(value.strip(), 16)
+    return 0
 
 
 def check_ipvs(
@@ -16,11 +25,12 @@ def check_ipvs(
     *,
     proc: Path = Path("/proc"),
     modules: Path = Path("/sys/module"),
-    euid: int | None = None,
 ) -> None:
-    if (os.geteuid() if euid is None else euid) != 0:
+    # The capability, not the user id: root in a container without NET_ADMIN cannot write
+    # IPVS, and a non-root process granted NET_ADMIN can.
+    if not effective_capabilities(proc) >> CAP_NET_ADMIN & 1:
         raise PreconditionError(
-            "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
+            "ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS"
         )
     if not (proc / "net" / "ip_vs").exists():
         raise PreconditionError("the ip_vs kernel module is not loaded; run modprobe ip_vs")

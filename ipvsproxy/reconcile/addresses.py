@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ipvsproxy.model import BindAddress, DesiredState, IPAddress, UnbindAddress, address_sort_key
-from ipvsproxy.reconcile.plan import excluded
+from ipvsproxy.reconcile.ipvs_plan import excluded
 
 
 def plan_addresses(

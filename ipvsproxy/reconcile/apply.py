@@ -6,32 +6,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from ipvsproxy.kernel.bundle import Kernel
 from ipvsproxy.kernel.errors import KERNEL_ERRORS, refusal
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BatchResult,
-    DeleteRealServer,
-    DeleteVirtualServer,
-    IPVSOp,
-    OpError,
-    UpdateRealServer,
-    UpdateVirtualServer,
-    VirtualServerKey,
-)
-from ipvsproxy.reconcile.describe import describe
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
+    DeleteRealServer,
+    DeleteVirtualServer,
     EnsureInterface,
     FlushConntrack,
     IPSetOp,
+    IPVSOp,
+    OpError,
     PlanOp,
     RestoreIptables,
+    UpdateRealServer,
+    UpdateVirtualServer,
+    VirtualServerKey,
     virtual_of,
 )
+from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.syncplan import SyncPlan
 
 IPVS_OPS = (

@@ -20,17 +20,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
-from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
+from ipvsproxy.kernel.errors import KERNEL_ERRORS
+from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     DeleteVirtualServer,
     IPAddress,
     IPFamily,
     IPSetContent,
     IPVSTable,
-    Protocol,
+    TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.translate.ipsets import SETS, set_name
 
 # Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.
@@ -42,10 +43,10 @@ OUR_SETS = frozenset(
 
 # NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
 # hash:ip,port ("192.168.10.11,sctp:30080").
-_NODE_PORT_SETS: Mapping[Protocol, tuple[str, ...]] = {
-    Protocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
-    Protocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
-    Protocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
+_NODE_PORT_SETS: Mapping[TransportProtocol, tuple[str, ...]] = {
+    TransportProtocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
+    TransportProtocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
+    TransportProtocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
 }
 
 # Sets of "address,protocol:port" entries, one per service address's virtual server.
@@ -96,7 +97,7 @@ def observe(
     for family in IPFamily:
         try:
             chains[family] = iptables.our_chains(family)
-        except Exception as error:  # as in _attempt: each layer raises its own errors
+        except KERNEL_ERRORS as error:
             unreadable.append(f"could not read {family} iptables chains: {_reason(error)}")
     return ObservedState(
         ipvs=ipvs.dump(),
@@ -119,7 +120,7 @@ def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSe
 
 
 def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
-    entry = _ip_port(key) if key.protocol is Protocol.SCTP else str(key.port)
+    entry = _ip_port(key) if key.protocol is TransportProtocol.SCTP else str(key.port)
     return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
 
 
@@ -153,9 +154,8 @@ def _reason(error: Exception) -> str:
 def _attempt(action: Callable[[], None], what: str, removed: list[str], failed: list[str]) -> None:
     try:
         action()
-    # Best effort across kernel layers that each raise their own errors (OSError, pyroute2's
-    # NetlinkError, iptables-restore failures): every failure is one line, the rest goes on.
-    except Exception as error:
+    # Best effort: every refusal is one line and the rest goes on; anything else is a bug.
+    except KERNEL_ERRORS as error:
         failed.append(f"could not remove {what}: {_reason(error)}")
     else:
         removed.append(f"removed {what}")

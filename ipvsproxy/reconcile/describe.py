@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
-    DeleteRealServer,
-    DeleteVirtualServer,
-    UnbindAddress,
-    UpdateRealServer,
-    UpdateVirtualServer,
-)
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
+    DeleteRealServer,
+    DeleteVirtualServer,
     EnsureInterface,
     FlushConntrack,
     PlanOp,
     RestoreIptables,
+    UnbindAddress,
+    UpdateRealServer,
+    UpdateVirtualServer,
 )
 
 

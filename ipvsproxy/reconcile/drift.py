@@ -13,26 +13,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    CreateIPSet,
     DesiredState,
+    EnsureInterface,
     IPAddress,
     IPFamily,
     IptablesRuleset,
+    PlanOp,
+    RealServerRef,
+    RestoreIptables,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.ipsets import canonical_entries
-from ipvsproxy.reconcile.operations import (
-    AddIPSetEntries,
-    CreateIPSet,
-    EnsureInterface,
-    PlanOp,
-    RealServerRef,
-    RestoreIptables,
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,18 @@ from dataclasses import dataclass, replace
 
 from ipvsproxy.model import (
     DeleteRealServer,
+    FlushConntrack,
     IPVSOp,
-    Protocol,
+    RealServerRef,
     RealServerState,
+    TransportProtocol,
     UpdateRealServer,
 )
-from ipvsproxy.reconcile.operations import FlushConntrack, RealServerRef
 
 # IPVS's own timeout for an idle established TCP connection (ipvsadm --set default): a drain
 # that outlives it is held only by connections the kernel would itself have expired.
 DEFAULT_GRACE_PERIOD = 900.0
-DRAINED_PROTOCOLS = frozenset({Protocol.TCP})
+DRAINED_PROTOCOLS = frozenset({TransportProtocol.TCP})
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-from ipvsproxy.kernel.ipset_entries import EntryError, parse_entry
-from ipvsproxy.model import IPFamily, IPSetContent
-from ipvsproxy.reconcile.operations import (
+from ipvsproxy.kernel.errors import EntryError
+from ipvsproxy.kernel.ipset.entries import parse_entry
+from ipvsproxy.model import (
     AddIPSetEntries,
     CreateIPSet,
     DeleteIPSetEntries,
+    IPFamily,
+    IPSetContent,
     IPSetOp,
 )
 

@@ -12,17 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ipvsproxy.kernel.bundle import Kernel
-from ipvsproxy.model import DesiredState
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import DUMMY_INTERFACE, DesiredState, PlanOp, RealServerRef, RestoreIptables
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
-from ipvsproxy.reconcile.operations import (
-    DUMMY_INTERFACE,
-    PlanOp,
-    RealServerRef,
-    RestoreIptables,
-)
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
 

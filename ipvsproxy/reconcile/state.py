@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ipvsproxy.kernel.bundle import Kernel
-from ipvsproxy.model import IPAddress, IPSetContent, IPVSTable
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable
 
 
 @dataclass(frozen=True, slots=True)

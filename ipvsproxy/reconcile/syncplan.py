@@ -6,19 +6,22 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ipvsproxy.model import BindAddress, DesiredState, IptablesRuleset, UnbindAddress
-from ipvsproxy.reconcile.addresses import plan_addresses
-from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
-from ipvsproxy.reconcile.ipsets import plan_ipsets
-from ipvsproxy.reconcile.operations import (
+from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    BindAddress,
+    DesiredState,
     EnsureInterface,
     IPSetOp,
+    IptablesRuleset,
     PlanOp,
     RealServerRef,
     RestoreIptables,
+    UnbindAddress,
 )
-from ipvsproxy.reconcile.plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.addresses import plan_addresses
+from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
+from ipvsproxy.reconcile.ipsets import plan_ipsets
+from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
 from ipvsproxy.reconcile.state import KernelState
 
 

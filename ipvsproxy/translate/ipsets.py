@@ -20,8 +20,8 @@ from ipvsproxy.model import (
     IPNetwork,
     IPSetContent,
     IPSetSpec,
-    Protocol,
     RealServerKey,
+    TransportProtocol,
     VirtualServerKey,
 )
 
@@ -131,7 +131,7 @@ def _members(
         return [("KUBE-LOAD-BALANCER", entry)] + (
             [("KUBE-LOAD-BALANCER-LOCAL", entry)] if local else []
         )
-    if key.protocol is Protocol.SCTP:
+    if key.protocol is TransportProtocol.SCTP:
         names = ["KUBE-NODE-PORT-SCTP-HASH"] + (["KUBE-NODE-PORT-LOCAL-SCTP-HASH"] if local else [])
         return [(name, entry) for name in names]
     suffix = key.protocol.value
@@ -155,7 +155,7 @@ def build_ipsets(
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer],
     *,
     local_external: frozenset[VirtualServerKey],
-    hairpin: Iterable[tuple[Protocol, RealServerKey]],
+    hairpin: Iterable[tuple[TransportProtocol, RealServerKey]],
     firewalls: Mapping[VirtualServerKey, Firewall],
     health_check_ports: Mapping[IPFamily, frozenset[int]],
     bound_addresses: Iterable[IPAddress],

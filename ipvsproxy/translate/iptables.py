@@ -14,20 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ipvsproxy.model import (
+    IP_PROTOCOL_NUMBERS,
     IPTABLES_CHAINS,
     IPFamily,
     IPNetwork,
     IPSetContent,
     IptablesJump,
     IptablesRuleset,
-    Protocol,
     VirtualServerKey,
 )
 from ipvsproxy.translate.ipsets import SETS, set_name
 from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
-# iptables-save prints --vproto as a number.
-_PROTOCOL_NUMBERS = {Protocol.TCP: 6, Protocol.UDP: 17, Protocol.SCTP: 132}
 MASQ_BIT = 0x4000
 MASQ_MARK = f"{MASQ_BIT:#x}/{MASQ_BIT:#x}"
 Rule = tuple[str, ...]
@@ -195,7 +193,7 @@ def _filters(rules: _Rules, family: IPFamily, no_node_access: list[VirtualServer
     host = 32 if family is IPFamily.IPV4 else 128
     for key in no_node_access:
         # IPVS sees the node's own traffic to a load balancer IP with that IP as source.
-        vproto = _PROTOCOL_NUMBERS[key.protocol]
+        vproto = IP_PROTOCOL_NUMBERS[key.protocol]
         rules.add(
             "filter",
             "KUBE-IPVS-OUT-FILTER",

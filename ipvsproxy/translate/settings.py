@@ -34,6 +34,9 @@ class Settings:
     bridge_interface: str = ""
     interface_name_prefix: str = ""
     exclude_cidrs: tuple[IPNetwork, ...] = ()
+    # --service-external-ip-range (kube-router's flag): when given, externalIPs outside these
+    # are ignored, so a tenant cannot claim any address it likes (CVE-2020-8554).
+    external_ip_ranges: tuple[IPNetwork, ...] = ()
     strict_arp: bool = False
     # Used for NodePort when the snapshot has no Node (e.g. --hostname-override unknown).
     node_ips: tuple[IPAddress, ...] = ()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ipvsproxy.address_rules import unusable_reason
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
@@ -19,7 +20,6 @@ from ipvsproxy.model import (
     IPFamily,
     IPNetwork,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     Rejection,
@@ -27,11 +27,13 @@ from ipvsproxy.model import (
     ServiceFlags,
     ServicePortName,
     ServiceType,
+    SkipReason,
     TrafficPolicy,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
-    address_sort_key,
 )
+from ipvsproxy.translate.conflicts import Claim, Claims
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
@@ -51,13 +53,6 @@ class _Rejected(ValueError):
     pass
 
 
-def _ip(raw: str, what: str, cache: AddressCache) -> IPAddress:
-    parsed = cache.get(raw)
-    if parsed is None:
-        raise _Rejected(f"{what} {raw!r} is not an IP address")
-    return parsed[0]
-
-
 def _is_ours(service: Service, settings: Settings) -> bool:
     # As kube-proxy's label selector: any value, even empty, names another proxy.
     if not settings.service_proxy_name:
@@ -74,16 +69,75 @@ def _scheduler(service: Service, settings: Settings) -> str:
 
 @dataclass(slots=True)
 class _ServiceState:
-    """One service's share of the desired state, merged only if the whole service is valid."""
+    """One service's share of the desired state; each virtual server merged if it wins."""
 
     servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
-    bound: set[IPAddress] = field(default_factory=set)
-    nodes: set[IPAddress] = field(default_factory=set)
     # Endpoints on this node, with the port's protocol, for the hairpin set.
-    hairpin: set[tuple[Protocol, RealServerKey]] = field(default_factory=set)
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = field(default_factory=set)
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     rejections: list[Rejection] = field(default_factory=list)
+
+
+def _usable(address: IPAddress, what: str, service: Service, state: _ServiceState) -> bool:
+    reason = unusable_reason(address)
+    if reason is not None:
+        state.rejections.append(
+            Rejection(
+                f"Service {service.key}",
+                f"{what} {address} is {reason}; ignored",
+                SkipReason.UNUSABLE_ADDRESS,
+            )
+        )
+    return reason is None
+
+
+def _addresses(
+    raws: Iterable[str], what: str, service: Service, state: _ServiceState, cache: AddressCache
+) -> list[IPAddress]:
+    """The addresses among ``raws`` that parse and may be bound; the others each rejected."""
+    found: list[IPAddress] = []
+    for raw in raws:
+        parsed = cache.get(raw)
+        if parsed is None:
+            state.rejections.append(
+                Rejection(f"Service {service.key}", f"{what} {raw!r} is not an IP address; ignored")
+            )
+        elif _usable(parsed[0], what, service, state):
+            found.append(parsed[0])
+    return found
+
+
+def _not_the_nodes(
+    address: IPAddress, node: NodeFacts, service: Service, state: _ServiceState
+) -> bool:
+    """A cluster IP is bound on kube-ipvs0: never one of the node's own addresses."""
+    if address not in node.addresses:
+        return True
+    state.rejections.append(
+        Rejection(
+            f"Service {service.key}",
+            f"clusterIP {address} is this node's address; ignored",
+            SkipReason.UNUSABLE_ADDRESS,
+        )
+    )
+    return False
+
+
+def _allowed_external(
+    address: IPAddress, service: Service, settings: Settings, state: _ServiceState
+) -> bool:
+    ranges = settings.external_ip_ranges
+    if not ranges or any(address in network for network in ranges):
+        return True
+    state.rejections.append(
+        Rejection(
+            f"Service {service.key}",
+            f"externalIP {address} is outside --service-external-ip-range; ignored",
+            SkipReason.EXTERNAL_IP_NOT_ALLOWED,
+        )
+    )
+    return False
 
 
 def _source_ranges(service: Service, state: _ServiceState) -> tuple[tuple[IPNetwork, ...], bool]:
@@ -140,18 +194,25 @@ def _service_state(
         # kube-proxy's FlagSourceHash: mh hashes on source port as well as address.
         flags |= ServiceFlags.SCHED2
     timeout = service.session_affinity_timeout or 0
-    cluster_ips = [_ip(raw, "clusterIP", cache) for raw in service.cluster_ips]
+    cluster_ips = [
+        ip
+        for ip in _addresses(service.cluster_ips, "clusterIP", service, state, cache)
+        if _not_the_nodes(ip, node, service, state)
+    ]
     # kube-proxy runs one proxier per family and a service exists in a family's proxier
     # only through a cluster IP of that family: other addresses of other families are left.
     families = {IPFamily.of(ip) for ip in cluster_ips}
     external = [
-        (_ip(raw, "externalIP", cache), AddressKind.EXTERNAL_IP) for raw in service.external_ips
+        (ip, AddressKind.EXTERNAL_IP)
+        for ip in _addresses(service.external_ips, "externalIP", service, state, cache)
+        if _allowed_external(ip, service, settings, state)
     ]
     # kube-proxy takes the ingress IPs from the status whatever the type says.
     external += [
         (ingress.ip, AddressKind.LOAD_BALANCER)
         for ingress in service.load_balancer_ingress
         if ingress.ip_mode != "Proxy"
+        and _usable(ingress.ip, "load-balancer ingress IP", service, state)
     ]
     external = [(ip, kind) for ip, kind in external if IPFamily.of(ip) in families]
     ranges, broken_ranges = _source_ranges(service, state)
@@ -190,6 +251,15 @@ def _service_state(
                 chosen[scope] = MappingProxyType({real: RealServer(real) for real in usable})
             reals = chosen[scope]
             key = VirtualServerKey(port.protocol, address, number)
+            if key in state.servers:
+                state.rejections.append(
+                    Rejection(
+                        f"Service {service.key}",
+                        f"{key} ({kind}) is already its {state.servers[key].kind}; ignored",
+                        SkipReason.ADDRESS_CONFLICT,
+                    )
+                )
+                continue
             if local_only and kind is not AddressKind.CLUSTER_IP:
                 state.local_external.add(key)
             if kind is AddressKind.LOAD_BALANCER:
@@ -202,28 +272,32 @@ def _service_state(
                 owner=owner,
                 kind=kind,
             )
-            # An external or LB IP the node already has is served there, not bound again;
-            # cluster IPs are always bound, as kube-proxy does.
-            on_node = kind is AddressKind.NODE_PORT or (
-                kind is not AddressKind.CLUSTER_IP and address in node.addresses
-            )
-            (state.nodes if on_node else state.bound).add(address)
     return state
 
 
-def _drop_node_ports_on_bound_addresses(merged: _ServiceState, rejections: list[Rejection]) -> None:
-    """A node address that is also a service IP on kube-ipvs0 carries no NodePort."""
-    clash = merged.nodes & merged.bound
-    if not clash:
-        return
-    for key in [k for k, d in merged.servers.items() if d.kind is AddressKind.NODE_PORT]:
-        if key.address in clash:
-            del merged.servers[key]
-    merged.nodes -= clash
-    rejections += [
-        Rejection(f"Node address {address}", "it is a service IP on kube-ipvs0; no NodePort on it")
-        for address in sorted(clash, key=address_sort_key)
-    ]
+@dataclass(slots=True)
+class _Merged:
+    """The winning virtual servers of every service, with what each brings along."""
+
+    servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
+    bound: set[IPAddress] = field(default_factory=set)
+    nodes: set[IPAddress] = field(default_factory=set)
+    local_external: set[VirtualServerKey] = field(default_factory=set)
+    firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
+
+    def take(self, key: VirtualServerKey, found: _ServiceState, node: NodeFacts) -> None:
+        wanted = found.servers[key]
+        self.servers[key] = wanted
+        if key in found.local_external:
+            self.local_external.add(key)
+        if key in found.firewalls:
+            self.firewalls[key] = found.firewalls[key]
+        # An external or LB IP the node already has is served there, not bound again;
+        # cluster IPs are always bound, as kube-proxy does.
+        on_node = wanted.kind is AddressKind.NODE_PORT or (
+            wanted.kind is not AddressKind.CLUSTER_IP and key.address in node.addresses
+        )
+        (self.nodes if on_node else self.bound).add(key.address)
 
 
 @without_cyclic_gc
@@ -243,7 +317,8 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
     node = node_facts(snapshot, settings)
     cache = AddressCache()
-    merged = _ServiceState()
+    claims: Claims[_ServiceState] = Claims()
+    hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
     health_checks: dict[ObjectKey, int] = {}
     health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
@@ -258,18 +333,12 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
         except _Rejected as error:
             rejections.append(Rejection(f"Service {key}", str(error)))
             continue
-        if any(vs_key in merged.servers for vs_key in found.servers):
-            rejections.append(
-                Rejection(f"Service {key}", "a virtual server is already another service's")
-            )
-            continue
-        merged.servers.update(found.servers)
-        merged.hairpin |= found.hairpin
-        merged.local_external |= found.local_external
-        merged.firewalls.update(found.firewalls)
-        merged.bound |= found.bound
-        merged.nodes |= found.nodes
         rejections += found.rejections
+        hairpin |= found.hairpin
+        for vs_key, wanted in found.servers.items():
+            lost = claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
+            if lost is not None:
+                rejections.append(lost)
         if (
             service.type is ServiceType.LOAD_BALANCER
             and service.external_traffic_policy is TrafficPolicy.LOCAL
@@ -278,11 +347,13 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             health_checks[key] = service.health_check_node_port
             for family in {IPFamily.of(vs.address) for vs in found.servers}:
                 health_check_ports[family].add(service.health_check_node_port)
-    _drop_node_ports_on_bound_addresses(merged, rejections)
+    merged = _Merged()
+    for vs_key, (_, found) in claims.held.items():
+        merged.take(vs_key, found, node)
     ipsets = build_ipsets(
         merged.servers,
         local_external=frozenset(merged.local_external),
-        hairpin=merged.hairpin,
+        hairpin=hairpin,
         firewalls=merged.firewalls,
         health_check_ports={f: frozenset(p) for f, p in health_check_ports.items()},
         bound_addresses=merged.bound,

@@ -24,6 +24,7 @@ import itertools
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -96,6 +97,8 @@ class _State:
     bookmarks: int = 0
     open_watches: int = 0
     stalled: bool = False
+    # Seconds between the bytes of each answer body; 0 sends it whole.
+    trickle: float = 0.0
     # Bumped to end every open watch stream abruptly.
     drops: int = 0
 
@@ -318,6 +321,11 @@ class FakeApiServer:
         with self._state.changed:
             self._state.stalled = True
 
+    def trickle(self, interval: float) -> None:
+        """Send every answer's body one byte at a time, ``interval`` seconds apart."""
+        with self._state.changed:
+            self._state.trickle = interval
+
     def resume(self) -> None:
         with self._state.changed:
             self._state.stalled = False
@@ -443,7 +451,14 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if not self.state.trickle:
+            self.wfile.write(data)
+            return
+        with contextlib.suppress(OSError):  # the client gave up: the point of trickling
+            for index in range(len(data)):
+                self.wfile.write(data[index : index + 1])
+                self.wfile.flush()
+                time.sleep(self.state.trickle)
 
     def _get(self, kind: Kind, name: str) -> None:
         with self.state.changed:

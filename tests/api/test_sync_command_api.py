@@ -52,3 +52,21 @@ def test_a_refused_list_exits_2_in_one_line(fake: FakeApiServer, kubeconfig: Pat
     assert result.exit_code == 2
     assert "401" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_trickling_api_server_fails_the_sync_within_its_deadline(
+    fake: FakeApiServer, kubeconfig: Path
+) -> None:
+    load_example(fake)
+    # Every byte arrives well within the read timeout, so only an overall deadline ends this.
+    fake.trickle(0.2)
+
+    result = CliRunner().invoke(
+        main, _dry_run("--kubeconfig", str(kubeconfig), "--api-timeout", "1s")
+    )
+
+    assert result.exit_code == 2
+    assert result.output == (
+        f"ipvsproxy: reading the cluster from the API server at {fake.url}: "
+        "not done within 1 s (--api-timeout)\n"
+    )

@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
-from ipvsproxy.kernel.interfaces import AddressKernel, IPSetKernel, IPVSKernel
-from ipvsproxy.kernel.ipsets import FakeIPSets, NetlinkIPSets
-from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.iptables_command import CommandNetfilter, binary
-from ipvsproxy.kernel.iptables_text import BUILTIN_CHAINS, Tables, parse_save, render_save
+from ipvsproxy.kernel.conntrack import FakeConntrack
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.command import binary
+from ipvsproxy.kernel.iptables.restore import CommandNetfilter, FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel
 from ipvsproxy.model import DeleteVirtualServer, IPFamily
+from tests.lab.conntrack import SeededConntrack
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
 # Not kube-ipvs0, so the suite never disturbs a proxy running in the same kernel.
@@ -71,11 +73,11 @@ def ipsets() -> Iterator[IPSetKernel]:
 
 
 @pytest.fixture
-def conntrack() -> Iterator[FakeConntrack | NetlinkConntrack]:
+def conntrack() -> Iterator[FakeConntrack | SeededConntrack]:
     if not IN_LAB:
         yield FakeConntrack()
         return
-    kernel = NetlinkConntrack()
+    kernel = SeededConntrack()
     before = kernel.flows()
     try:
         yield kernel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 
-from ipvsproxy.kernel.interfaces import AddressKernel
+from ipvsproxy.kernel.protocols import AddressKernel
 from ipvsproxy.model import BindAddress, UnbindAddress
 from tests.contract.conftest import TEST_INTERFACE
 

@@ -6,8 +6,9 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.conntrack import FakeConntrack, Flow, NetlinkConntrack
-from ipvsproxy.model import Protocol, RealServerKey, VirtualServerKey
+from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
+from ipvsproxy.model import RealServerKey, TransportProtocol, VirtualServerKey
+from tests.lab.conntrack import SeededConntrack
 
 FAMILIES = {
     "IPv4": ("10.96.0.10", "10.244.1.2", "10.244.1.3", "10.244.1.9"),
@@ -15,7 +16,7 @@ FAMILIES = {
 }
 
 
-def _flows(family: str, protocol: Protocol) -> tuple[VirtualServerKey, Flow, Flow]:
+def _flows(family: str, protocol: TransportProtocol) -> tuple[VirtualServerKey, Flow, Flow]:
     """A service and two flows to it: one NATed to each of two endpoints."""
     service, first, second, client = (ipaddress.ip_address(a) for a in FAMILIES[family])
     key = VirtualServerKey(protocol, service, 53)
@@ -26,10 +27,10 @@ def _flows(family: str, protocol: Protocol) -> tuple[VirtualServerKey, Flow, Flo
     )
 
 
-@pytest.mark.parametrize("protocol", [Protocol.UDP, Protocol.SCTP])
+@pytest.mark.parametrize("protocol", [TransportProtocol.UDP, TransportProtocol.SCTP])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deletes_exactly_the_flows_of_one_endpoint(
-    conntrack: FakeConntrack | NetlinkConntrack, family: str, protocol: Protocol
+    conntrack: FakeConntrack | SeededConntrack, family: str, protocol: TransportProtocol
 ) -> None:
     service, gone, staying = _flows(family, protocol)
     conntrack.add_flow(gone)
@@ -44,34 +45,34 @@ def test_deletes_exactly_the_flows_of_one_endpoint(
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deleting_nothing_returns_zero(
-    conntrack: FakeConntrack | NetlinkConntrack, family: str
+    conntrack: FakeConntrack | SeededConntrack, family: str
 ) -> None:
-    service, flow, other = _flows(family, Protocol.UDP)
+    service, flow, other = _flows(family, TransportProtocol.UDP)
     conntrack.add_flow(flow)
 
-    assert conntrack.delete_entries(Protocol.UDP, service, other.endpoint) == 0
-    elsewhere = VirtualServerKey(Protocol.UDP, service.address, 54)
-    assert conntrack.delete_entries(Protocol.UDP, elsewhere, flow.endpoint) == 0
+    assert conntrack.delete_entries(TransportProtocol.UDP, service, other.endpoint) == 0
+    elsewhere = VirtualServerKey(TransportProtocol.UDP, service.address, 54)
+    assert conntrack.delete_entries(TransportProtocol.UDP, elsewhere, flow.endpoint) == 0
     assert flow in conntrack.flows()
 
 
 def test_a_tcp_flow_is_not_deleted_by_a_udp_request(
-    conntrack: FakeConntrack | NetlinkConntrack,
+    conntrack: FakeConntrack | SeededConntrack,
 ) -> None:
-    service, tcp_flow, _ = _flows("IPv4", Protocol.TCP)
+    service, tcp_flow, _ = _flows("IPv4", TransportProtocol.TCP)
     conntrack.add_flow(tcp_flow)
 
-    udp_service = VirtualServerKey(Protocol.UDP, service.address, service.port)
-    assert conntrack.delete_entries(Protocol.UDP, udp_service, tcp_flow.endpoint) == 0
+    udp_service = VirtualServerKey(TransportProtocol.UDP, service.address, service.port)
+    assert conntrack.delete_entries(TransportProtocol.UDP, udp_service, tcp_flow.endpoint) == 0
     assert tcp_flow in conntrack.flows()
-    assert conntrack.delete_entries(Protocol.TCP, service, tcp_flow.endpoint) == 1
+    assert conntrack.delete_entries(TransportProtocol.TCP, service, tcp_flow.endpoint) == 1
     assert tcp_flow not in conntrack.flows()
 
 
-def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | NetlinkConntrack) -> None:
-    service, flow, _ = _flows("IPv4", Protocol.UDP)
+def test_every_flow_of_the_endpoint_is_counted(conntrack: FakeConntrack | SeededConntrack) -> None:
+    service, flow, _ = _flows("IPv4", TransportProtocol.UDP)
     for port in range(40001, 40006):
         conntrack.add_flow(Flow(service, flow.endpoint, flow.client, port))
 
-    assert conntrack.delete_entries(Protocol.UDP, service, flow.endpoint) == 5
+    assert conntrack.delete_entries(TransportProtocol.UDP, service, flow.endpoint) == 5
     assert not [f for f in conntrack.flows() if f.endpoint == flow.endpoint]

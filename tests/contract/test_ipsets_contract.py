@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from ipvsproxy.kernel.interfaces import IPSetKernel
-from ipvsproxy.kernel.ipsets import IPSET_MESSAGES, IPSetError, as_listed
+from ipvsproxy.kernel.errors import IPSetError
+from ipvsproxy.kernel.ipset.entries import as_listed
+from ipvsproxy.kernel.ipset.refusals import IPSET_MESSAGES
+from ipvsproxy.kernel.protocols import IPSetKernel
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 
 V4, V6 = IPFamily.IPV4, IPFamily.IPV6

@@ -11,8 +11,9 @@ import dataclasses
 
 import pytest
 
-from ipvsproxy.kernel.iptables import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.iptables_text import IptablesError, Tables, parse_save, target
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.text import Tables, parse_save, target
 from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
 from tests.contract.conftest import TEST_IPSETS
 

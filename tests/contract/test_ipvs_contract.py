@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.interfaces import IPVSKernel
+from ipvsproxy.kernel.protocols import IPVSKernel
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,
@@ -15,10 +15,10 @@ from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
     ForwardMethod,
-    Protocol,
     RealServer,
     RealServerKey,
     ServiceFlags,
+    TransportProtocol,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -29,7 +29,9 @@ VIP = {4: ipaddress.ip_address("10.96.0.10"), 6: ipaddress.ip_address("fd00:10:9
 POD = {4: ipaddress.ip_address("10.244.0.5"), 6: ipaddress.ip_address("fd00:10:244::5")}
 
 
-def _key(family: int, port: int = 80, protocol: Protocol = Protocol.TCP) -> VirtualServerKey:
+def _key(
+    family: int, port: int = 80, protocol: TransportProtocol = TransportProtocol.TCP
+) -> VirtualServerKey:
     return VirtualServerKey(protocol, VIP[family], port)
 
 
@@ -38,9 +40,9 @@ def _real(family: int, weight: int = 1, port: int = 8080) -> RealServer:
 
 
 @pytest.mark.parametrize("family", [4, 6])
-@pytest.mark.parametrize("protocol", list(Protocol))
+@pytest.mark.parametrize("protocol", list(TransportProtocol))
 def test_added_virtual_and_real_servers_read_back_equal(
-    ipvs: IPVSKernel, family: int, protocol: Protocol
+    ipvs: IPVSKernel, family: int, protocol: TransportProtocol
 ) -> None:
     server = VirtualServer(_key(family, protocol=protocol), scheduler="rr")
     real = RealServer(RealServerKey(POD[family], 8080), weight=3, upper_threshold=9)
@@ -147,7 +149,9 @@ def test_a_thousand_virtual_servers_with_two_real_servers_each_dump_whole(
     ops: list[AddVirtualServer | AddRealServer] = []
     for index in range(1000):
         key = VirtualServerKey(
-            Protocol.TCP, ipaddress.ip_address(f"10.97.{index // 250}.{index % 250 + 1}"), 80
+            TransportProtocol.TCP,
+            ipaddress.ip_address(f"10.97.{index // 250}.{index % 250 + 1}"),
+            80,
         )
         ops.append(AddVirtualServer(VirtualServer(key)))
         ops += [AddRealServer(key, _real(4, port=port)) for port in (8080, 8081)]

@@ -12,29 +12,29 @@ from click.testing import CliRunner
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import NetlinkAddresses
-from ipvsproxy.kernel.ipsets import NetlinkIPSets
-from ipvsproxy.kernel.iptables import IptablesRestore
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
     IPFamily,
     IPSetSpec,
-    Protocol,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 
 # The example's node-a address, on a dummy of the test's own so NodePorts are local.
 NODE_INTERFACE = "ipvsp-node0"
 NODE_IP = ipaddress.ip_address("192.168.10.11")
-FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
-FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+FOREIGN_ON_NODE = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
 FOREIGN_SET = "ipvsp-allowlist"
 FOREIGN_CHAIN = "IPVSP-FOREIGN"
 FOREIGN_RULES = f"""*filter

@@ -9,19 +9,19 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ipvsproxy.kernel.addresses import NetlinkAddresses
-from ipvsproxy.kernel.conntrack import NetlinkConntrack
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
     BindAddress,
     DeleteVirtualServer,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
+from tests.lab.conntrack import SeededConntrack
 from tests.lab.netns import Client, Node, Pod, sh, sysctl
 
 SERVICE_IP = {4: "10.96.0.53", 6: "fd00:10:96::53"}
@@ -30,7 +30,7 @@ CONNTRACK_CHAIN = "IPVSP-TEST-CT"
 
 
 @pytest.fixture
-def conntrack() -> Iterator[NetlinkConntrack]:
+def conntrack() -> Iterator[SeededConntrack]:
     """Conntrack on, as on a node: the kernel tracks only once a rule needs it."""
     sysctl("net.ipv4.vs.conntrack", "1")
     commands = [shutil.which(f"{name}-legacy") or name for name in ("iptables", "ip6tables")]
@@ -38,7 +38,7 @@ def conntrack() -> Iterator[NetlinkConntrack]:
         sh(command, "-w", "-N", CONNTRACK_CHAIN)
         sh(command, "-w", "-A", CONNTRACK_CHAIN, "-m", "conntrack", "--ctstate", "NEW")
     try:
-        with NetlinkConntrack() as kernel:
+        with SeededConntrack() as kernel:
             yield kernel
     finally:
         for command in commands:
@@ -52,11 +52,11 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
     node: Node,
     pod: Callable[[str], Pod],
     client: Callable[[Pod | None], Client],
-    conntrack: NetlinkConntrack,
+    conntrack: SeededConntrack,
 ) -> None:
     backends = [pod("dns-a"), pod("dns-b")]
     caller = pod("caller")
-    service = VirtualServerKey(Protocol.UDP, ipaddress.ip_address(SERVICE_IP[family]), 53)
+    service = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address(SERVICE_IP[family]), 53)
     endpoints = {
         backend.name: RealServerKey(backend.ipv4 if family == 4 else backend.ipv6, 8080)
         for backend in backends
@@ -75,7 +75,7 @@ def test_deleting_one_endpoints_flows_leaves_the_others(
             assert {flow.endpoint for flow in to_service} == set(endpoints.values())
             staying = {flow for flow in to_service if flow.endpoint == endpoints["dns-b"]}
 
-            deleted = conntrack.delete_entries(Protocol.UDP, service, endpoints["dns-a"])
+            deleted = conntrack.delete_entries(TransportProtocol.UDP, service, endpoints["dns-a"])
 
             assert deleted == 3
             after = {flow for flow in conntrack.flows() if flow.service == service}

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.iptables_command import binary, detect_backend
-from ipvsproxy.kernel.iptables_text import IptablesError, Rule, is_builtin, parse_save
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.kernel.iptables.backend import detect_backend
+from ipvsproxy.kernel.iptables.command import binary
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
+from ipvsproxy.kernel.iptables.text import Rule, is_builtin, parse_save
 from ipvsproxy.model import IPFamily, IptablesRuleset
 from ipvsproxy.translate import Settings, translate
 

@@ -12,17 +12,19 @@ from typing import Any
 import pytest
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.kernel.bundle import Kernel, real_kernel
+from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
+    FlushConntrack,
     IPFamily,
-    Protocol,
     RealServerKey,
+    TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE, FlushConntrack
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.translate import Settings, translate
 from tests.lab.netns import NODE_IPV4, Client, Pod, ask, inside, sh
@@ -31,8 +33,8 @@ VIP = "10.96.0.50"
 # The drain test has a service address of its own: IPVS hands a re-added real server the
 # connections (and counters) it had before, and earlier tests leave some in TIME_WAIT.
 DRAIN_VIP = "10.96.0.51"
-DRAIN_VS = VirtualServerKey(Protocol.TCP, ipaddress.ip_address(DRAIN_VIP), 80)
-UDP_VS = VirtualServerKey(Protocol.UDP, ipaddress.ip_address(VIP), 53)
+DRAIN_VS = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address(DRAIN_VIP), 80)
+UDP_VS = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address(VIP), 53)
 FOREIGN = "192.0.2.50"
 # Drains are bounded by the kernel here, not by the grace period.
 SETTINGS = ReconcilerSettings(grace_period=3600.0)

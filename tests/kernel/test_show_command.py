@@ -15,14 +15,14 @@ from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
     DeleteVirtualServer,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
 
-DNS = VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
+DNS = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
 LEAVING = RealServerKey(ipaddress.ip_address("10.244.9.9"), 53)
 WANTED = RealServerKey(ipaddress.ip_address("10.244.0.5"), 53)
 

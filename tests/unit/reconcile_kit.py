@@ -22,10 +22,10 @@ from ipvsproxy.model import (
     IPVSTable,
     ObjectKey,
     OpError,
-    Protocol,
     RealServer,
     RealServerKey,
     ServicePortName,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
@@ -36,8 +36,8 @@ def ip(text: str) -> IPAddress:
 
 
 VIP = ip("10.96.0.10")
-TCP_VS = VirtualServerKey(Protocol.TCP, VIP, 80)
-UDP_VS = VirtualServerKey(Protocol.UDP, VIP, 53)
+TCP_VS = VirtualServerKey(TransportProtocol.TCP, VIP, 80)
+UDP_VS = VirtualServerKey(TransportProtocol.UDP, VIP, 53)
 POD_A = RealServer(RealServerKey(ip("10.244.1.2"), 8080))
 POD_B = RealServer(RealServerKey(ip("10.244.1.3"), 8080))
 POD_C = RealServer(RealServerKey(ip("10.244.1.4"), 8080))

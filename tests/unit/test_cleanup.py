@@ -1,21 +1,26 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
-from ipvsproxy.kernel.ipsets import FakeIPSets
-from ipvsproxy.kernel.iptables import FakeIptables
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddVirtualServer,
     BindAddress,
     DesiredState,
     IPFamily,
     IPSetContent,
     IPSetSpec,
-    Protocol,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
     VirtualServerState,
@@ -28,14 +33,13 @@ from ipvsproxy.reconcile.cleanup import (
     plan_cleanup,
     remove_leftovers,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.translate import Settings, translate
 
 NODE_IP = ipaddress.ip_address("192.168.10.11")
 NODE_IP6 = ipaddress.ip_address("fd00:192::11")
-FOREIGN_ON_NODE = VirtualServerKey(Protocol.TCP, NODE_IP, 8080)
-FOREIGN_ELSEWHERE = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
+FOREIGN_ON_NODE = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8080)
+FOREIGN_ELSEWHERE = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 80)
 # A firewall of someone else's that also sends packets through a chain before ours.
 FOREIGN_RULES = """*filter
 :MY-FIREWALL - [0:0]
@@ -112,14 +116,16 @@ def test_node_ports_are_recognised_by_their_ipset_membership_per_protocol_and_fa
         ),
     }
     ours = [
-        VirtualServerKey(Protocol.UDP, NODE_IP, 30053),
-        VirtualServerKey(Protocol.TCP, NODE_IP6, 30443),
-        VirtualServerKey(Protocol.SCTP, NODE_IP, 30132),
+        VirtualServerKey(TransportProtocol.UDP, NODE_IP, 30053),
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP6, 30443),
+        VirtualServerKey(TransportProtocol.SCTP, NODE_IP, 30132),
     ]
     not_ours = [
-        VirtualServerKey(Protocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
-        VirtualServerKey(Protocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
-        VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053),  # not local
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP, 30053),  # the port is a UDP node port only
+        VirtualServerKey(TransportProtocol.TCP, NODE_IP, 30443),  # IPv6's set does not cover IPv4
+        VirtualServerKey(
+            TransportProtocol.UDP, ipaddress.ip_address("10.9.9.9"), 30053
+        ),  # not local
     ]
     observed = ObservedState(
         ipvs={key: _state(key) for key in (*ours, *not_ours)},
@@ -231,3 +237,36 @@ def test_a_set_someone_else_still_uses_fails_alone_and_is_retried() -> None:
     assert set(machine.ipsets.list_sets()) == {"my-allowlist", "KUBE-CLUSTER-IP"}
 
     assert plan_cleanup(machine.observed()) == CleanupPlan(ipsets=("KUBE-CLUSTER-IP",))
+
+
+class _BuggyIPSets(FakeIPSets):
+    """Sets whose destroy has a bug (not a kernel refusal)."""
+
+    def destroy(self, name: str) -> None:
+        raise TypeError(f"a bug destroying {name}")
+
+
+def test_a_bug_in_a_kernel_layer_propagates_instead_of_becoming_could_not_remove() -> None:
+    machine = Machine(_desired())
+    buggy = _BuggyIPSets()
+    for content in machine.ipsets.list_sets().values():
+        buggy.replace(content)
+    machine.ipsets = buggy
+    with pytest.raises(TypeError, match="a bug destroying"):
+        machine.cleanup()
+
+
+class _UnreadableIptables(FakeIptables):
+    def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
+        raise IptablesError(f"{family}: iptables-save not found")
+
+
+def test_unreadable_chains_are_reported_and_the_rest_still_goes() -> None:
+    machine = Machine(_desired())
+    machine.iptables = _UnreadableIptables()
+    report = machine.cleanup()
+    assert report.failed == (
+        "could not read IPv4 iptables chains: IPv4: iptables-save not found",
+        "could not read IPv6 iptables chains: IPv6: iptables-save not found",
+    )
+    assert not machine.addresses.interface_exists(DUMMY_INTERFACE)

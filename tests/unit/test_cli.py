@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.preconditions import PreconditionError
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 
@@ -193,14 +193,14 @@ def test_sync_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) 
 def test_cleanup_without_ipvs_exits_2_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     def not_root(*_: object) -> None:
         raise PreconditionError(
-            "ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS"
+            "ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS"
         )
 
     monkeypatch.setattr(cli, "check_ipvs", not_root)
     result = CliRunner().invoke(main, ["cleanup"])
     assert result.exit_code == 2
     assert result.output == (
-        "ipvsproxy: ipvsproxy must run as root (or with CAP_NET_ADMIN) to program IPVS\n"
+        "ipvsproxy: ipvsproxy needs CAP_NET_ADMIN (run as root or grant it) to program IPVS\n"
     )
 
 

@@ -18,6 +18,7 @@ from ipvsproxy.config import (
     resolve,
 )
 from ipvsproxy.translate.settings import LocalDetectMode
+from tests.unit.test_bounded_load import LAUGHS
 
 HEADER = f"apiVersion: {API_VERSION}\nkind: {KIND}\n"
 
@@ -210,7 +211,28 @@ def test_ignored_and_used_fields_do_not_overlap() -> None:
         (f"apiVersion: {API_VERSION}\nkind: KubeletConfiguration\n", "", "kind 'Kubel"),
         (f"kind: {KIND}\n", "", "apiVersion None is not"),
         ("", "- a list", "not a KubeProxyConfiguration object"),
-        ("", "mode: [unclosed", "not YAML"),
+        (
+            "",
+            "mode: [unclosed",
+            "not valid YAML at line 2: did not find expected ',' or ']' "
+            "(while parsing a flow sequence at line 1)",
+        ),
+        ("", "a: b\n  c: d", "not valid YAML at line 2: mapping values are not allowed"),
+        (HEADER, "ipvs:\n  syncPeriod: -30s", "ipvs.syncPeriod '-30s': a duration may not be"),
+        (HEADER, "ipvs:\n  minSyncPeriod: -1s", "ipvs.minSyncPeriod '-1s': a duration may not"),
+        (
+            HEADER,
+            "detectLocalMode: BridgeInterface",
+            "detectLocalMode BridgeInterface needs detectLocal.bridgeInterface",
+        ),
+        (
+            HEADER,
+            "detectLocalMode: InterfaceNamePrefix",
+            "detectLocalMode InterfaceNamePrefix needs detectLocal.interfaceNamePrefix",
+        ),
+        (HEADER, LAUGHS, "YAML aliases expand the document far beyond its own size"),
+        (HEADER, "a: " + "[" * 600 + "]" * 600, "nested deeper than 100 levels"),
+        ("", "---\n" + HEADER + "---\n" + HEADER, "not a KubeProxyConfiguration object"),
         (HEADER, "mode: iptables", "mode 'iptables': ipvsproxy only implements the ipvs mode"),
         (HEADER, "ipvs:\n  strictARP: yes please", "ipvs.strictARP must be a bool"),
         (HEADER, "ipvs: fast", "ipvs must be an object"),
@@ -256,12 +278,40 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
         ),
         ("--ipvs-scheduler", "x", "--ipvs-scheduler 'x' is not one of"),
         ("--hostname-override", "  ", "--hostname-override '  ': an empty name is invalid"),
+        (
+            "--detect-local-mode",
+            "BridgeInterface",
+            "--detect-local-mode BridgeInterface needs --pod-bridge-interface",
+        ),
+        (
+            "--detect-local-mode",
+            "InterfaceNamePrefix",
+            "--detect-local-mode InterfaceNamePrefix needs --pod-interface-name-prefix",
+        ),
+        ("--service-external-ip-range", "203.0.113.7", "--service-external-ip-range 203.0.113.7"),
+        ("--api-timeout", "-5s", "--api-timeout '-5s': must be positive"),
+        ("--api-timeout", "soon", "--api-timeout 'soon': not a duration"),
     ],
 )
 def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         resolve({flag: value}, [flag])
     assert str(raised.value).startswith(message)
+
+
+def test_own_flags_apply_even_with_a_config_file(tmp_path: Path) -> None:
+    flags = {"--service-external-ip-range": ("203.0.113.0/24", "198.51.100.0/24,2001:db8::/64")}
+    config = resolve({**flags, "--api-timeout": "5s"}, [], _file(tmp_path, "")).config
+    assert config.settings.external_ip_ranges == (
+        net("203.0.113.0/24"),
+        net("198.51.100.0/24"),
+        net("2001:db8::/64"),
+    )
+    assert config.api_timeout == 5.0
+
+
+def test_api_timeout_defaults_to_at_most_a_minute() -> None:
+    assert 0 < _from_flags().api_timeout <= 60
 
 
 def test_cidrs_with_host_bits_are_accepted_as_kube_proxy_does() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.ipset_entries import EntryError, check_spec, parse_entry
+from ipvsproxy.kernel.errors import EntryError
+from ipvsproxy.kernel.ipset.entries import check_spec, parse_entry
 from ipvsproxy.model import IPFamily, IPSetSpec
 from ipvsproxy.translate import Settings, translate
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ipvsproxy.kernel.iptables import IptablesRestore
-from ipvsproxy.kernel.iptables_command import Probe, choose_backend, probe_of, refusal
-from ipvsproxy.kernel.iptables_text import IptablesError
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.kernel.iptables.backend import Probe, choose_backend, probe_of
+from ipvsproxy.kernel.iptables.command import refusal
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.model import IPFamily
 
 DOWN = Probe(unusable="iptables-x-save failed: oops")

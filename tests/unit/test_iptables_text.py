@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ipvsproxy.kernel.iptables import FakeIptables
-from ipvsproxy.kernel.iptables_text import (
+from ipvsproxy.kernel.iptables.restore import FakeIptables
+from ipvsproxy.kernel.iptables.text import (
     Rule,
     canonical,
     parse_save,

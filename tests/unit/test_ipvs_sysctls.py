@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ipvsproxy.kernel.errors import SysctlError
 from ipvsproxy.kernel.ipvs_sysctls import (
     SysctlChange,
-    SysctlError,
     ensure_ipvs_sysctls,
     parse_kernel_release,
     wanted_sysctls,

@@ -12,7 +12,13 @@ from ipvsproxy.cluster.parse import (
     parse_service,
     snapshot_from_objects,
 )
-from ipvsproxy.model import EndpointConditions, ObjectKey, Protocol, ServiceType, TrafficPolicy
+from ipvsproxy.model import (
+    EndpointConditions,
+    ObjectKey,
+    ServiceType,
+    TrafficPolicy,
+    TransportProtocol,
+)
 
 
 def service(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -38,7 +44,7 @@ def test_service_fields_are_read_from_camel_case() -> None:
     assert parsed.key == ObjectKey("ns", "s")
     assert parsed.type is ServiceType.LOAD_BALANCER
     assert parsed.cluster_ips == ("10.0.0.1", "fd00::1")
-    assert parsed.ports[0].protocol is Protocol.TCP
+    assert parsed.ports[0].protocol is TransportProtocol.TCP
     assert parsed.ports[0].node_port == 30080
     assert parsed.ports[0].target_port == "web"
     assert parsed.session_affinity_timeout == 10800
@@ -142,7 +148,7 @@ def test_endpoint_without_addresses_is_dropped() -> None:
     assert parsed.service == ObjectKey("ns", "s")
     assert len(parsed.endpoints) == 1
     assert parsed.endpoints[0].hints_for_zones == ("z1",)
-    assert parsed.ports[0].protocol is Protocol.UDP
+    assert parsed.ports[0].protocol is TransportProtocol.UDP
     assert "no addresses" in rejections[0].reason
 
 
@@ -175,7 +181,7 @@ def test_snapshot_picks_own_node_and_ignores_other_kinds() -> None:
             {"kind": "Node", "metadata": {"name": "a"}},
             {"kind": "Node", "metadata": {"name": "b"}},
             {"kind": "ConfigMap", "metadata": {"name": "c"}},
-            service({"clusterIP": "10.0.0.1"}),
+            service({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}),
         ],
         "b",
     )
@@ -238,10 +244,132 @@ def test_garbage_never_raises(objects: list[dict[str, Any]]) -> None:
 
 def test_missing_own_node_is_reported_but_the_snapshot_stands() -> None:
     snapshot, rejections = snapshot_from_objects(
-        [{"kind": "Node", "metadata": {"name": "other"}}, service({"clusterIP": "10.0.0.1"})],
+        [
+            {"kind": "Node", "metadata": {"name": "other"}},
+            service({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}),
+        ],
         "me",
     )
     assert snapshot.node is None
     assert list(snapshot.services) == [ObjectKey("ns", "s")]
     assert [r.object for r in rejections] == ["Node me"]
     assert "--hostname-override" in rejections[0].reason
+
+
+def _reasons(rejections: list[Any]) -> list[str]:
+    return [r.reason for r in rejections]
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        ({"kind": "Service", "metadata": {"name": "s", "namespace": "ns"}}, "has no spec"),
+        (service({"clusterIP": "10.0.0.1"}), "has no ports; nothing to program"),
+        (
+            service({"clusterIP": "", "ports": [{"port": 80}]}),
+            "has no clusterIP (not allocated: never applied?); nothing to program",
+        ),
+    ],
+)
+def test_services_that_program_nothing_say_why(obj: dict[str, Any], reason: str) -> None:
+    parsed, rejections = parse_service(obj)
+    assert parsed is not None
+    assert reason in " ".join(_reasons(rejections))
+
+
+def test_headless_and_external_name_services_are_not_warned_about() -> None:
+    assert parse_service(service({"clusterIP": "None"}))[1] == []
+    assert parse_service(service({"type": "ExternalName", "externalName": "x.example"}))[1] == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Upper", "has space", "new\nline", "-leading", "1starts-with-digit", "a" * 64, "a.b"],
+)
+def test_service_names_are_validated_as_kubernetes_does(name: str) -> None:
+    obj = {"kind": "Service", "metadata": {"name": name, "namespace": "ns"}, "spec": {}}
+    parsed, rejections = parse_service(obj)
+    assert parsed is None
+    assert _reasons(rejections) == [f"metadata.name {name!r} is not a valid Kubernetes name"]
+    assert "\n" not in rejections[0].object
+
+
+@pytest.mark.parametrize("namespace", ["NS", "a.b", "x\ny", ""])
+def test_namespaces_are_validated(namespace: str) -> None:
+    obj = {"kind": "Service", "metadata": {"name": "s", "namespace": namespace}}
+    parsed, rejections = parse_service(obj)
+    assert parsed is None
+    assert _reasons(rejections) == [
+        f"metadata.namespace {namespace!r} is not a valid Kubernetes name"
+    ]
+
+
+def test_port_names_that_could_forge_plan_lines_are_refused() -> None:
+    parsed, rejections = parse_service(
+        service(
+            {
+                "clusterIP": "10.0.0.1",
+                "ports": [{"name": "x\n+ TCP 1.2.3.4:1", "port": 80}, {"name": "ok", "port": 81}],
+            }
+        )
+    )
+    assert parsed is not None
+    assert [p.name for p in parsed.ports] == ["ok"]
+    assert _reasons(rejections) == [
+        "spec.ports[0].name 'x\\n+ TCP 1.2.3.4:1' is not a valid port name"
+    ]
+
+
+def _slice(address_type: str, *addresses: str) -> dict[str, Any]:
+    return {
+        "kind": "EndpointSlice",
+        "metadata": {"name": "e", "namespace": "ns", "labels": {"kubernetes.io/service-name": "s"}},
+        "addressType": address_type,
+        "endpoints": [{"addresses": [a]} for a in addresses],
+    }
+
+
+def test_endpoint_addresses_that_do_not_parse_or_are_of_the_wrong_family_are_named() -> None:
+    parsed, rejections = parse_endpoint_slice(_slice("IPv4", "10.0.0.1", "bogus", "fd00::1"))
+    assert parsed is not None
+    assert [e.addresses for e in parsed.endpoints] == [("10.0.0.1",)]
+    assert _reasons(rejections) == [
+        "endpoints[1] address 'bogus' is not an IP address; endpoint dropped",
+        "endpoints[2] address 'fd00::1' is not IPv4, the slice's addressType; endpoint dropped",
+    ]
+    assert [r.object for r in rejections] == ["EndpointSlice ns/e"] * 2
+
+
+def test_node_addresses_and_pod_cidrs_that_do_not_parse_are_warned_about() -> None:
+    parsed, rejections = parse_node(
+        {
+            "kind": "Node",
+            "metadata": {"name": "n"},
+            "spec": {"podCIDRs": ["10.244.0.0/24", "10.244.0.0/33"]},
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": "192.168.0.1"},
+                    {"type": "InternalIP", "address": "192.168.0.300"},
+                ]
+            },
+        }
+    )
+    assert parsed is not None
+    assert parsed.addresses == ("192.168.0.1",)
+    assert parsed.pod_cidrs == ("10.244.0.0/24",)
+    assert _reasons(rejections) == [
+        "spec.podCIDRs '10.244.0.0/33' is not a CIDR; ignored",
+        "status.addresses[1] '192.168.0.300' is not an IP address; ignored",
+    ]
+
+
+def test_creation_timestamp_is_read_and_a_bad_one_is_named() -> None:
+    good = service({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]})
+    good["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    parsed, rejections = parse_service(good)
+    assert parsed is not None and parsed.created == "2024-01-01T00:00:00Z"
+    assert rejections == []
+    good["metadata"]["creationTimestamp"] = "yesterday"
+    parsed, rejections = parse_service(good)
+    assert parsed is not None and parsed.created == ""
+    assert "not an RFC 3339 UTC time" in _reasons(rejections)[0]

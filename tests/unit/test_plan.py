@@ -15,22 +15,22 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     RealServerState,
     ServicePortName,
+    TransportProtocol,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
     VirtualServerKey,
     VirtualServerState,
 )
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 
 VIP = ipaddress.ip_address("10.96.0.10")
-KEY = VirtualServerKey(Protocol.TCP, VIP, 53)
-OWNER = ServicePortName(ObjectKey("kube-system", "kube-dns"), "dns-tcp", Protocol.TCP)
+KEY = VirtualServerKey(TransportProtocol.TCP, VIP, 53)
+OWNER = ServicePortName(ObjectKey("kube-system", "kube-dns"), "dns-tcp", TransportProtocol.TCP)
 POD_A = RealServer(RealServerKey(ipaddress.ip_address("10.244.1.2"), 53))
 POD_B = RealServer(RealServerKey(ipaddress.ip_address("10.244.1.3"), 53))
 
@@ -89,9 +89,9 @@ def test_only_what_differs_is_written() -> None:
 
 def test_stale_virtual_servers_go_only_on_owned_addresses_outside_excluded_cidrs() -> None:
     state = desired(POD_A)
-    stale = VirtualServerKey(Protocol.UDP, VIP, 53)
-    foreign = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("192.0.2.1"), 80)
-    excluded = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("10.96.9.9"), 80)
+    stale = VirtualServerKey(TransportProtocol.UDP, VIP, 53)
+    foreign = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("192.0.2.1"), 80)
+    excluded = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("10.96.9.9"), 80)
     actual = kernel(POD_A) | kernel(key=stale) | kernel(key=foreign) | kernel(key=excluded)
     owned = owned_addresses(state, [excluded.address])
     assert ops_of(desired(POD_A, exclude="10.96.9.0/24"), actual, owned) == [

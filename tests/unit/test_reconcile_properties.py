@@ -9,18 +9,18 @@ from hypothesis import strategies as st
 
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
     DesiredState,
     IPAddress,
-    Protocol,
     RealServer,
     RealServerKey,
+    TransportProtocol,
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.operations import DUMMY_INTERFACE
 from ipvsproxy.reconcile.reconciler import Reconciler
 from tests.unit.reconcile_kit import ManualClock, RefusingIPVS, desired, ip
 
@@ -29,7 +29,7 @@ NODE_IP = ip("10.240.0.10")
 FOREIGN_IP = ip("192.0.2.1")
 KEYS = [
     VirtualServerKey(protocol, address, port)
-    for protocol in (Protocol.TCP, Protocol.UDP)
+    for protocol in (TransportProtocol.TCP, TransportProtocol.UDP)
     for address in (*SERVICE_IPS, NODE_IP, FOREIGN_IP)
     for port in (80, 30080)
 ]

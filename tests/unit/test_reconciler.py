@@ -7,31 +7,29 @@ import pytest
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.conntrack import Flow
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
     BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
+    FlushConntrack,
     IPFamily,
     IPSetContent,
     IPSetSpec,
     IptablesJump,
     IptablesRuleset,
-    Protocol,
+    RealServerRef,
+    TransportProtocol,
     UnbindAddress,
     UpdateRealServer,
     VirtualServer,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
-from ipvsproxy.reconcile.operations import (
-    DUMMY_INTERFACE,
-    AddIPSetEntries,
-    CreateIPSet,
-    DeleteIPSetEntries,
-    FlushConntrack,
-    RealServerRef,
-)
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from tests.unit.reconcile_kit import (
     POD_A,
@@ -47,9 +45,9 @@ from tests.unit.reconcile_kit import (
     weights,
 )
 
-FOREIGN = VirtualServerKey(Protocol.TCP, ip("192.0.2.1"), 80)
+FOREIGN = VirtualServerKey(TransportProtocol.TCP, ip("192.0.2.1"), 80)
 OTHER_VIP = ip("10.96.0.20")
-STALE = VirtualServerKey(Protocol.TCP, OTHER_VIP, 80)
+STALE = VirtualServerKey(TransportProtocol.TCP, OTHER_VIP, 80)
 
 
 @pytest.fixture
@@ -123,7 +121,7 @@ def test_nothing_inside_exclude_cidrs_is_deleted_or_unbound(
 def test_node_port_virtual_servers_are_ours_without_binding_the_node_address(
     fake: FakeKernel, clock: ManualClock
 ) -> None:
-    node_port = VirtualServerKey(Protocol.TCP, ip("10.240.0.10"), 30080)
+    node_port = VirtualServerKey(TransportProtocol.TCP, ip("10.240.0.10"), 30080)
     proxy = reconciler(fake, clock)
     proxy.sync(desired({TCP_VS: [POD_A], node_port: [POD_A]}, node_ports=[node_port]))
     assert fake.addresses.addresses(DUMMY_INTERFACE) == {VIP}
@@ -191,9 +189,9 @@ def test_an_endpoint_that_returns_while_draining_gets_its_weight_back(
     assert weights(fake.ipvs.dump(), TCP_VS) == {POD_A.key: 1, POD_B.key: 1}
 
 
-@pytest.mark.parametrize("protocol", [Protocol.UDP, Protocol.SCTP])
+@pytest.mark.parametrize("protocol", [TransportProtocol.UDP, TransportProtocol.SCTP])
 def test_udp_and_sctp_real_servers_go_at_once_and_their_flows_are_flushed(
-    fake: FakeKernel, clock: ManualClock, protocol: Protocol
+    fake: FakeKernel, clock: ManualClock, protocol: TransportProtocol
 ) -> None:
     service = replace(UDP_VS, protocol=protocol)
     proxy = reconciler(fake, clock)

@@ -65,7 +65,7 @@ def test_changes_drains_deletions_and_flushes_are_marked() -> None:
 def test_json_lists_every_operation_and_drain() -> None:
     state = desired({UDP_VS: [POD_A]})
 
-    plan = json.loads(sync_plan_json(plan_sync(state, EMPTY_KERNEL), state))
+    plan = json.loads("".join(sync_plan_json(plan_sync(state, EMPTY_KERNEL), state)))
 
     assert [op["text"] for op in plan["operations"]] == [
         "create interface kube-ipvs0",
@@ -95,7 +95,7 @@ def test_a_sync_result_lists_totals_drift_and_each_failure() -> None:
         "drift repaired: 1 real_server, 1 virtual_server",
         "failed: add real server 10.244.1.3:8080 to UDP 10.96.0.10:53: File exists",
     ]
-    as_json = json.loads(sync_result_json(result, state))
+    as_json = json.loads("".join(sync_result_json(result, state)))
     assert as_json["failures"] == [
         {
             "text": "add real server 10.244.1.3:8080 to UDP 10.96.0.10:53: File exists",

@@ -11,31 +11,31 @@ from click.testing import CliRunner
 from ipvsproxy import cli
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.ipvs import FakeIPVS
-from ipvsproxy.kernel.preconditions import PreconditionError
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
     DesiredState,
     IPVSTable,
     ObjectKey,
-    Protocol,
     RealServer,
     RealServerKey,
     TrafficStats,
+    TransportProtocol,
     UpdateRealServer,
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import Settings, translate
 
 EXAMPLE = Path("examples/cluster.yaml")
-DNS = VirtualServerKey(Protocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
+DNS = VirtualServerKey(TransportProtocol.UDP, ipaddress.ip_address("10.96.0.10"), 53)
 DNS_POD = RealServerKey(ipaddress.ip_address("10.244.0.5"), 53)
 GONE_POD = RealServerKey(ipaddress.ip_address("10.244.9.9"), 53)
-FOREIGN = VirtualServerKey(Protocol.TCP, ipaddress.ip_address("172.16.0.1"), 8080)
+FOREIGN = VirtualServerKey(TransportProtocol.TCP, ipaddress.ip_address("172.16.0.1"), 8080)
 
 
 def _desired() -> DesiredState:

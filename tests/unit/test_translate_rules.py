@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.model import AddressKind, DesiredState, Protocol, ServiceFlags, VirtualServerKey
+from ipvsproxy.model import (
+    AddressKind,
+    DesiredState,
+    ServiceFlags,
+    TransportProtocol,
+    VirtualServerKey,
+)
 from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
@@ -22,7 +28,7 @@ NODE = {
 
 
 def vs(protocol: str, address: str, port: int) -> VirtualServerKey:
-    return VirtualServerKey(Protocol(protocol), ipaddress.ip_address(address), port)
+    return VirtualServerKey(TransportProtocol(protocol), ipaddress.ip_address(address), port)
 
 
 def reals(state: DesiredState, key: VirtualServerKey) -> set[str]:
@@ -351,13 +357,18 @@ def test_nodeport_addresses_flag_rejects_what_kube_proxy_rejects(values: list[st
         parse_nodeport_addresses(values)
 
 
-def test_no_node_port_on_an_address_bound_to_kube_ipvs0() -> None:
+def test_a_cluster_ip_that_is_the_nodes_address_is_refused_and_node_ports_stay() -> None:
+    # Bound on kube-ipvs0 it would take the node's own address, and with it every NodePort:
+    # only the service that claims it loses it.
     clashing = svc({"clusterIP": "192.168.0.1"}, name="clash")
     state = run([NODE_PORT_SERVICE, clashing])
-    assert vs("TCP", "192.168.0.1", 30001) not in state.virtual_servers
-    assert vs("TCP", "192.168.0.1", 80) in state.virtual_servers
-    assert state.node_addresses == frozenset()
-    assert [r.object for r in state.rejections] == ["Node address 192.168.0.1"]
+    assert vs("TCP", "192.168.0.1", 30001) in state.virtual_servers
+    assert vs("TCP", "192.168.0.1", 80) not in state.virtual_servers
+    assert state.node_addresses == frozenset({vs("TCP", "192.168.0.1", 1).address})
+    assert vs("TCP", "192.168.0.1", 1).address not in state.bound_addresses
+    assert [(r.object, r.reason) for r in state.rejections] == [
+        ("Service ns/clash", "clusterIP 192.168.0.1 is this node's address; ignored")
+    ]
 
 
 def test_ingress_ips_count_whatever_the_type_says_as_kube_proxy() -> None:

@@ -26,10 +26,6 @@ BUILTIN_CHAINS: Mapping[str, tuple[str, ...]] = {
 _NEEDS_QUOTES = re.compile(r'[\s"\'\\]')
 
 
-class IptablesError(Exception):
-    """iptables refused an operation or could not run; the message is one line."""
-
-
 def is_builtin(table: str, chain: str) -> bool:
     return chain in BUILTIN_CHAINS.get(table, ())
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 
+from ipvsproxy.kernel.errors import EntryError
 from ipvsproxy.model import IPAddress, IPFamily, IPNetwork, IPSetSpec
 
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -24,10 +25,6 @@ SET_TYPES: dict[str, tuple[str, ...]] = {
 }
 # The kernel's name length limit (IPSET_MAXNAMELEN) counts the terminating NUL.
 MAX_NAME_LENGTH = 31
-
-
-class EntryError(ValueError):
-    """An entry that does not fit its set's type or family."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +116,13 @@ def parse_entry(text: str, set_type: str, family: IPFamily) -> Entry:
             network = _network(part, family)
             entry = replace(entry, address2=network.network_address, prefix2=network.prefixlen)
     return entry
+
+
+def as_listed(spec: IPSetSpec) -> IPSetSpec:
+    """What listing the kernel tells of a set made from ``spec``.
+
+    The kernel keeps no comment, and a bitmap:port set has no address family (it is reported
+    as IPv4): compare a desired spec with a listed one through this.
+    """
+    family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
+    return IPSetSpec(spec.name, spec.set_type, family)

@@ -18,10 +18,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ipvsproxy.kernel.iptables_command import CommandNetfilter
-from ipvsproxy.kernel.iptables_memory import MemoryNetfilter
-from ipvsproxy.kernel.iptables_text import (
-    IptablesError,
+from ipvsproxy.kernel.iptables.backend import detect_backend
+from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, binary, run
+from ipvsproxy.kernel.iptables.memory import MemoryNetfilter
+from ipvsproxy.kernel.iptables.text import (
     Rule,
     Tables,
     canonical,
@@ -32,8 +32,6 @@ from ipvsproxy.kernel.iptables_text import (
     target,
 )
 from ipvsproxy.model import IPTABLES_CHAINS, IPFamily, IptablesJump, IptablesRuleset
-
-__all__ = ["OUR_CHAINS", "FakeIptables", "IptablesError", "IptablesRestore"]
 
 OUR_CHAINS: Mapping[str, frozenset[str]] = {
     table: frozenset(chains) for table, chains in IPTABLES_CHAINS.items()
@@ -182,6 +180,23 @@ class _Iptables:
         text = _remove_text(self._tables(family), chains)
         if text:
             self.netfilter.restore(family, text)
+
+
+class CommandNetfilter:
+    def __init__(self, backend: str | None = None) -> None:
+        self._backend = backend
+
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            self._backend = detect_backend()
+        return self._backend
+
+    def save(self, family: IPFamily) -> str:
+        return run([binary(self.backend, family, "save")])
+
+    def restore(self, family: IPFamily, text: str) -> None:
+        run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)
 
 
 class IptablesRestore(_Iptables):

@@ -1,4 +1,4 @@
-"""ipsets: the kernel's through netfilter netlink, and an in-memory fake.
+"""ipsets: the kernel's through netfilter netlink (the fake, with the same rules, is fake.py).
 
 Sets are created as kube-proxy creates them (hash types with ``hashsize 1024 maxelem 65536``,
 bitmap:port over ``0-65535``). Creating a set that already exists with the same type is not an
@@ -9,14 +9,14 @@ error; adding an entry that is there or deleting one that is not is not an error
 from __future__ import annotations
 
 import errno
-import os
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_IPSET
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
-from ipvsproxy.kernel.ipset_codec import (
+from ipvsproxy.kernel.errors import IPSetError
+from ipvsproxy.kernel.ipset.codec import (
     ATTR,
     ATTR_SETNAME2,
     create_data,
@@ -30,12 +30,14 @@ from ipvsproxy.kernel.ipset_codec import (
     string,
     u8,
 )
-from ipvsproxy.kernel.ipset_entries import (
-    SET_TYPES,
-    Entry,
-    EntryError,
-    check_spec,
-    parse_entry,
+from ipvsproxy.kernel.ipset.entries import SET_TYPES, as_listed
+from ipvsproxy.kernel.ipset.refusals import (
+    busy,
+    checked,
+    error_message,
+    exists_differently,
+    parse_all,
+    refused_entries,
 )
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
@@ -44,159 +46,7 @@ from ipvsproxy.kernel.netlink import (
     BatchSocket,
     attributes,
 )
-from ipvsproxy.model import BatchResult, IPFamily, IPSetContent, IPSetSpec, OpError
-
-# The kernel's own ipset errnos (include/uapi/linux/netfilter/ipset/ip_set.h), which
-# os.strerror does not know.
-IPSET_MESSAGES = {
-    nfipset.IPSET_ERR_PROTOCOL: "kernel and userspace ipset protocols differ",
-    nfipset.IPSET_ERR_FIND_TYPE: "the kernel has no such set type (module not loaded?)",
-    nfipset.IPSET_ERR_MAX_SETS: "the kernel's maximum number of sets is reached",
-    nfipset.IPSET_ERR_BUSY: "the set is in use by a kernel component (an iptables rule?)",
-    nfipset.IPSET_ERR_EXIST_SETNAME2: "the set to swap with does not exist",
-    nfipset.IPSET_ERR_TYPE_MISMATCH: "the two sets' types differ",
-    nfipset.IPSET_ERR_EXIST: "the element is already added or is missing",
-    nfipset.IPSET_ERR_INVALID_CIDR: "invalid prefix length",
-    nfipset.IPSET_ERR_INVALID_FAMILY: "the address family does not match the set's",
-    nfipset.IPSET_ERR_REFERENCED: "the set is referenced by another set",
-    nfipset.IPSET_ERR_IPADDR_IPV4: "an IPv4 address is expected",
-    nfipset.IPSET_ERR_IPADDR_IPV6: "an IPv6 address is expected",
-    nfipset.IPSET_ERR_TYPE_SPECIFIC: "the set is full (maxelem) or the entry is out of range",
-}
-
-
-def error_message(code: int) -> str:
-    return IPSET_MESSAGES.get(code) or os.strerror(code)
-
-
-class IPSetError(OSError):
-    """An operation on a whole set failed; ``errno`` is the kernel's."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(code, message)
-
-
-def as_listed(spec: IPSetSpec) -> IPSetSpec:
-    """What listing the kernel tells of a set made from ``spec``.
-
-    The kernel keeps no comment, and a bitmap:port set has no address family (it is reported
-    as IPv4): compare a desired spec with a listed one through this.
-    """
-    family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
-    return IPSetSpec(spec.name, spec.set_type, family)
-
-
-def _parse_all(spec: IPSetSpec, entries: Iterable[str]) -> list[Entry | OpError]:
-    parsed: list[Entry | OpError] = []
-    for text in entries:
-        try:
-            parsed.append(parse_entry(text, spec.set_type, spec.family))
-        except EntryError as error:
-            parsed.append(OpError(errno.EINVAL, f"set {spec.name}: {error}"))
-    return parsed
-
-
-def _checked(spec: IPSetSpec) -> None:
-    try:
-        check_spec(spec)
-    except EntryError as error:
-        raise IPSetError(errno.EINVAL, str(error)) from None
-
-
-def _refused_entries(spec: IPSetSpec, entries: Sequence[str], results: BatchResult) -> None:
-    """Raise for the entries of a whole-set operation that were refused, if any."""
-    refused = [
-        f"{entry!r} ({result.message})"
-        for entry, result in zip(entries, results, strict=True)
-        if result is not None
-    ]
-    if refused:
-        more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
-        shown = ", ".join(refused[:5]) + more
-        raise IPSetError(errno.EINVAL, f"set {spec.name} left as it was: refused {shown}")
-
-
-class FakeIPSets:
-    """In-memory sets that refuse what the kernel refuses, with the kernel's errnos.
-
-    ``hold`` stands for an iptables rule that refers to a set.
-    """
-
-    def __init__(self) -> None:
-        self._specs: dict[str, IPSetSpec] = {}
-        self._entries: dict[str, set[str]] = {}
-        self._held: set[str] = set()
-
-    def list_sets(self) -> Mapping[str, IPSetContent]:
-        return {
-            name: IPSetContent(as_listed(spec), frozenset(self._entries[name]))
-            for name, spec in self._specs.items()
-        }
-
-    def create(self, spec: IPSetSpec) -> None:
-        _checked(spec)
-        existing = self._specs.get(spec.name)
-        if existing is None:
-            self._specs[spec.name] = spec
-            self._entries[spec.name] = set()
-        elif as_listed(existing) != as_listed(spec):
-            raise _exists_differently(spec)
-
-    def destroy(self, name: str) -> None:
-        if name in self._held:
-            raise _busy(name)
-        self._specs.pop(name, None)
-        self._entries.pop(name, None)
-
-    def add(self, name: str, entries: Sequence[str]) -> BatchResult:
-        return self._change(name, entries, add=True)
-
-    def delete(self, name: str, entries: Sequence[str]) -> BatchResult:
-        return self._change(name, entries, add=False)
-
-    def _change(self, name: str, entries: Sequence[str], add: bool) -> BatchResult:
-        spec = self._specs.get(name)
-        if spec is None:
-            return [OpError(errno.ENOENT, f"set {name} does not exist") for _ in entries]
-        results: BatchResult = []
-        for entry in _parse_all(spec, entries):
-            if isinstance(entry, OpError):
-                results.append(entry)
-                continue
-            if add:
-                self._entries[name].add(str(entry))
-            else:
-                self._entries[name].discard(str(entry))
-            results.append(None)
-        return results
-
-    def replace(self, content: IPSetContent) -> None:
-        self.create(content.spec)
-        entries = sorted(content.entries)
-        parsed = _parse_all(content.spec, entries)
-        _refused_entries(
-            content.spec, entries, [e if isinstance(e, OpError) else None for e in parsed]
-        )
-        self._entries[content.spec.name] = {str(entry) for entry in parsed}
-
-    def hold(self, name: str) -> None:
-        self._held.add(name)
-
-
-def _exists_differently(spec: IPSetSpec) -> IPSetError:
-    wanted = as_listed(spec)
-    return IPSetError(
-        errno.EEXIST,
-        f"set {spec.name} already exists with another type than {wanted.set_type} "
-        f"{wanted.family}; destroy it first",
-    )
-
-
-def _busy(name: str) -> IPSetError:
-    return IPSetError(
-        nfipset.IPSET_ERR_BUSY,
-        f"cannot destroy set {name}: {error_message(nfipset.IPSET_ERR_BUSY)}",
-    )
+from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
 
 
 def _temporary_name(name: str) -> str:
@@ -270,12 +120,12 @@ class NetlinkIPSets:
         return self._revisions[key]
 
     def create(self, spec: IPSetSpec) -> None:
-        _checked(spec)
+        checked(spec)
         # The kernel's own check of an existing set ignores its family: compare it ourselves.
         existing = self._spec(spec.name)
         if existing is not None:
             if as_listed(existing) != as_listed(spec):
-                raise _exists_differently(spec)
+                raise exists_differently(spec)
             return
         family = nfproto(spec)
         body = request_body(
@@ -289,7 +139,7 @@ class NetlinkIPSets:
             self._request(nfipset.IPSET_CMD_CREATE, body)
         except OSError as error:
             if error.errno == errno.EEXIST:
-                raise _exists_differently(spec) from None
+                raise exists_differently(spec) from None
             raise _failed(f"create set {spec.name}", error) from None
 
     def destroy(self, name: str) -> None:
@@ -302,7 +152,7 @@ class NetlinkIPSets:
             if error.errno == errno.ENOENT:
                 return
             if error.errno == nfipset.IPSET_ERR_BUSY:
-                raise _busy(name) from None
+                raise busy(name) from None
             raise _failed(f"destroy set {name}", error) from None
 
     def add(self, name: str, entries: Sequence[str]) -> BatchResult:
@@ -323,7 +173,7 @@ class NetlinkIPSets:
         results: BatchResult = [None] * len(entries)
         requests = []
         sent: list[int] = []
-        for index, entry in enumerate(_parse_all(spec, entries)):
+        for index, entry in enumerate(parse_all(spec, entries)):
             if isinstance(entry, OpError):
                 results[index] = entry
                 continue
@@ -339,14 +189,14 @@ class NetlinkIPSets:
     def replace(self, content: IPSetContent) -> None:
         spec = content.spec
         entries = sorted(content.entries)
-        parsed = _parse_all(spec, entries)
-        _refused_entries(spec, entries, [e if isinstance(e, OpError) else None for e in parsed])
+        parsed = parse_all(spec, entries)
+        refused_entries(spec, entries, [e if isinstance(e, OpError) else None for e in parsed])
         self.create(spec)
         temporary = IPSetSpec(_temporary_name(spec.name), spec.set_type, spec.family)
         self.destroy(temporary.name)
         self.create(temporary)
         try:
-            _refused_entries(spec, entries, self.add(temporary.name, entries))
+            refused_entries(spec, entries, self.add(temporary.name, entries))
             body = request_body(spec.name, string(ATTR_SETNAME2, temporary.name))
             try:
                 self._request(nfipset.IPSET_CMD_SWAP, body)

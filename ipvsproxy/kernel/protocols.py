@@ -7,6 +7,7 @@ Each has a real implementation and an in-memory fake; both pass the contract sui
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from ipvsproxy.model import (
@@ -20,10 +21,8 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     RealServerKey,
+    TransportProtocol,
     VirtualServerKey,
-)
-from ipvsproxy.model import (
-    Protocol as L4Protocol,
 )
 
 
@@ -97,7 +96,19 @@ class SysctlKernel(Protocol):
 
 class ConntrackKernel(Protocol):
     def delete_entries(
-        self, protocol: L4Protocol, service: VirtualServerKey, endpoint: RealServerKey
+        self, protocol: TransportProtocol, service: VirtualServerKey, endpoint: RealServerKey
     ) -> int:
         """Delete flows to ``service`` that were NATed to ``endpoint``; return how many."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """The six interfaces as one object, so callers pass the kernel around whole."""
+
+    ipvs: IPVSKernel
+    addresses: AddressKernel
+    ipsets: IPSetKernel
+    iptables: IptablesKernel
+    sysctl: SysctlKernel
+    conntrack: ConntrackKernel

@@ -11,10 +11,12 @@ from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
     DesiredState,
+    FlushConntrack,
     IPAddress,
     IPVSOp,
     IPVSTable,
     RealServerKey,
+    RealServerRef,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
@@ -25,7 +27,6 @@ from ipvsproxy.reconcile.graceful import (
     Drain,
     remove_real_server,
 )
-from ipvsproxy.reconcile.operations import FlushConntrack, RealServerRef
 
 NO_DRAINS: Mapping[RealServerRef, float] = MappingProxyType({})
 

@@ -12,8 +12,7 @@ import struct
 
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
-from ipvsproxy.kernel.ipset_entries import Entry
-from ipvsproxy.kernel.ipvs import IP_PROTOCOLS as L4_PROTOCOLS
+from ipvsproxy.kernel.ipset.entries import Entry
 from ipvsproxy.kernel.netlink import (
     NLA_F_NESTED,
     NLA_F_NET_BYTEORDER,
@@ -21,7 +20,7 @@ from ipvsproxy.kernel.netlink import (
     attribute,
     attributes,
 )
-from ipvsproxy.model import IPFamily, IPSetSpec
+from ipvsproxy.model import IP_PROTOCOL_NUMBERS, IPFamily, IPSetSpec
 
 # kube-proxy's defaults (pkg/proxy/ipvs/ipset): every hash set, and the bitmap:port range.
 HASH_SIZE = 1024
@@ -33,7 +32,7 @@ NFGEN_HEADER_SIZE = 4
 NFPROTO_UNSPEC, NFPROTO_IPV4, NFPROTO_IPV6 = 0, 2, 10
 NFPROTO_BY_FAMILY = {IPFamily.IPV4: NFPROTO_IPV4, IPFamily.IPV6: NFPROTO_IPV6}
 # ipset(8) names protocols in lower case.
-IP_PROTOCOLS = {protocol.lower(): number for protocol, number in L4_PROTOCOLS.items()}
+IP_PROTOCOLS = {protocol.lower(): number for protocol, number in IP_PROTOCOL_NUMBERS.items()}
 PROTOCOL_NAMES = {
     **{number: name for name, number in IP_PROTOCOLS.items()},
     socket.IPPROTO_ICMP: "icmp",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Collection
 
-from ipvsproxy.kernel.iptables_text import (
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.kernel.iptables.text import (
     BUILTIN_CHAINS,
-    IptablesError,
     Rule,
     Tables,
     is_builtin,

@@ -1,0 +1,177 @@
+"""YAML and JSON documents read within bounds, for manifests and the config file alike.
+
+Every byte read here is written by someone we do not trust, so loading is bounded:
+
+* aliases may not expand the document beyond the size of its own text (the "billion laughs"
+  shape grows a few hundred bytes into gigabytes when walked);
+* nesting deeper than ``MAX_DEPTH`` is refused (no Kubernetes object we read comes close);
+* duplicate mapping keys are reported rather than silently won by the last one.
+
+JSON goes through the json module and YAML through libyaml (``CSafeLoader``) where PyYAML was
+built with it: several times faster than PyYAML's pure-Python loader on large manifests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import yaml
+
+MAX_DEPTH = 100
+# Containers a document may hold beyond one per byte of its text, before aliases count as
+# an expansion attack: a plain document has fewer containers than bytes.
+EXPANSION_ALLOWANCE = 1000
+
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class LoadError(ValueError):
+    """The text is not a usable document; the message is one line, without the file name."""
+
+
+@dataclass(slots=True)
+class Documents:
+    """The documents of one text, with the duplicate keys found in its mappings.
+
+    ``duplicate_keys`` maps ``id()`` of a loaded mapping to the keys it had more than once
+    (the last value of each is the one kept, as Kubernetes' decoder keeps it).
+    """
+
+    documents: list[Any]
+    duplicate_keys: dict[int, list[str]] = field(default_factory=dict)
+
+    def duplicates_in(self, obj: Any) -> list[str]:
+        """The duplicated keys anywhere inside ``obj``, one of the loaded documents' parts."""
+        if not self.duplicate_keys:
+            return []
+        return [
+            key
+            for container in _containers(obj)
+            for key in self.duplicate_keys.get(id(container), ())
+        ]
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """A safe loader that records duplicate keys and reads timestamps as the strings they are.
+
+    Kubernetes decodes YAML into JSON types, so ``creationTimestamp`` stays a string.
+    """
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, list[tuple[str, Any]]]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicate_keys: dict[int, list[str]] = {}
+
+    def construct_recorded_mapping(self, node: yaml.MappingNode) -> Iterator[dict[Any, Any]]:
+        data: dict[Any, Any] = {}
+        yield data
+        seen: set[str] = set()
+        repeated: list[str] = []
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                if key_node.value in seen:
+                    repeated.append(key_node.value)
+                seen.add(key_node.value)
+        data.update(self.construct_mapping(node))
+        if repeated:
+            self.duplicate_keys[id(data)] = repeated
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_recorded_mapping)
+
+
+def _mark(error: yaml.YAMLError, name: str = "problem_mark") -> str:
+    mark = getattr(error, name, None)
+    return f" at line {mark.line + 1}" if mark is not None else ""
+
+
+def yaml_error_line(error: yaml.YAMLError) -> str:
+    """A YAML error as one line that names where in the text it is, and where it began."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    began = f" ({context}{_mark(error, 'context_mark')})" if context else ""
+    return f"not valid YAML{_mark(error)}: {problem}{began}"
+
+
+def _load_yaml(text: str) -> Documents:
+    loader = _Loader(text)
+    documents: list[Any] = []
+    try:
+        while loader.check_data():
+            document = loader.get_data()
+            if document is not None:
+                documents.append(document)
+    except yaml.YAMLError as error:
+        if "maximum nesting depth" in str(error):
+            raise LoadError(f"nested deeper than {MAX_DEPTH} levels{_mark(error)}") from None
+        raise LoadError(yaml_error_line(error)) from None
+    except RecursionError:  # the pure-Python loader recurses where libyaml does not
+        raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+    return Documents(documents, loader.duplicate_keys)
+
+
+def _load_json(text: str) -> Documents | None:
+    """The JSON document, or None when the text is not JSON (it may still be YAML)."""
+    duplicate_keys: dict[int, list[str]] = {}
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        data = dict(pairs)
+        if len(data) != len(pairs):
+            keys = [key for key, _ in pairs]
+            duplicate_keys[id(data)] = sorted({key for key in keys if keys.count(key) > 1})
+        return data
+
+    try:
+        document = json.loads(text, object_pairs_hook=pairs_to_dict)
+    except RecursionError:
+        raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        return None
+    return Documents([] if document is None else [document], duplicate_keys)
+
+
+def _containers(root: Any) -> Iterator[Any]:
+    """Every dict and list inside ``root``, itself included, depth first, without recursion."""
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        yield current
+        values = current.values() if type(current) is dict else current
+        stack.extend(v for v in values if type(v) is dict or type(v) is list)
+
+
+def _check_shape(documents: list[Any], budget: int) -> None:
+    """Refuse nesting past MAX_DEPTH and alias expansion past ``budget`` containers."""
+    visited = 0
+    stack = [(document, 1) for document in documents if type(document) in (dict, list)]
+    while stack:
+        current, depth = stack.pop()
+        visited += 1
+        if visited > budget:
+            raise LoadError(
+                "YAML aliases expand the document far beyond its own size; refused "
+                "(expand the aliases in the file if they are meant)"
+            )
+        if depth > MAX_DEPTH:
+            raise LoadError(f"nested deeper than {MAX_DEPTH} levels")
+        values = current.values() if type(current) is dict else current
+        stack.extend((v, depth + 1) for v in values if type(v) is dict or type(v) is list)
+
+
+def load_documents(text: str) -> Documents:
+    """Every non-empty document of a YAML or JSON text; raises LoadError (one line)."""
+    loaded = _load_json(text) if text.lstrip()[:1] in ("{", "[") else None
+    if loaded is None:
+        loaded = _load_yaml(text)
+    _check_shape(loaded.documents, len(text) + EXPANSION_ALLOWANCE)
+    return loaded

@@ -1,0 +1,83 @@
+"""In-memory ipsets that refuse what the kernel refuses, for tests and dry runs."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Mapping, Sequence
+
+from ipvsproxy.kernel.ipset.entries import as_listed
+from ipvsproxy.kernel.ipset.refusals import (
+    busy,
+    checked,
+    exists_differently,
+    parse_all,
+    refused_entries,
+)
+from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
+
+
+class FakeIPSets:
+    """In-memory sets that refuse what the kernel refuses, with the kernel's errnos.
+
+    ``hold`` stands for an iptables rule that refers to a set.
+    """
+
+    def __init__(self) -> None:
+        self._specs: dict[str, IPSetSpec] = {}
+        self._entries: dict[str, set[str]] = {}
+        self._held: set[str] = set()
+
+    def list_sets(self) -> Mapping[str, IPSetContent]:
+        return {
+            name: IPSetContent(as_listed(spec), frozenset(self._entries[name]))
+            for name, spec in self._specs.items()
+        }
+
+    def create(self, spec: IPSetSpec) -> None:
+        checked(spec)
+        existing = self._specs.get(spec.name)
+        if existing is None:
+            self._specs[spec.name] = spec
+            self._entries[spec.name] = set()
+        elif as_listed(existing) != as_listed(spec):
+            raise exists_differently(spec)
+
+    def destroy(self, name: str) -> None:
+        if name in self._held:
+            raise busy(name)
+        self._specs.pop(name, None)
+        self._entries.pop(name, None)
+
+    def add(self, name: str, entries: Sequence[str]) -> BatchResult:
+        return self._change(name, entries, add=True)
+
+    def delete(self, name: str, entries: Sequence[str]) -> BatchResult:
+        return self._change(name, entries, add=False)
+
+    def _change(self, name: str, entries: Sequence[str], add: bool) -> BatchResult:
+        spec = self._specs.get(name)
+        if spec is None:
+            return [OpError(errno.ENOENT, f"set {name} does not exist") for _ in entries]
+        results: BatchResult = []
+        for entry in parse_all(spec, entries):
+            if isinstance(entry, OpError):
+                results.append(entry)
+                continue
+            if add:
+                self._entries[name].add(str(entry))
+            else:
+                self._entries[name].discard(str(entry))
+            results.append(None)
+        return results
+
+    def replace(self, content: IPSetContent) -> None:
+        self.create(content.spec)
+        entries = sorted(content.entries)
+        parsed = parse_all(content.spec, entries)
+        refused_entries(
+            content.spec, entries, [e if isinstance(e, OpError) else None for e in parsed]
+        )
+        self._entries[content.spec.name] = {str(entry) for entry in parsed}
+
+    def hold(self, name: str) -> None:
+        self._held.add(name)

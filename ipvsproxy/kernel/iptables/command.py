@@ -1,0 +1,48 @@
+"""iptables-save and iptables-restore as subprocesses: their names per backend and family,
+and their refusals in one line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from ipvsproxy.kernel.errors import IptablesError
+from ipvsproxy.model import IPFamily
+
+# The xtables lock, as kube-proxy takes it: wait a bounded time, so a stuck holder costs one
+# failed sync (retried) rather than a hung proxy.
+RESTORE_WAIT = "--wait=5"
+_FAILED_LINE = re.compile(r"line:? (\d+)")
+
+
+def binary(backend: str, family: IPFamily, tool: str) -> str:
+    """``tool`` is "save" or "restore"."""
+    prefix = "iptables" if family is IPFamily.IPV4 else "ip6tables"
+    return f"{prefix}-{backend}-{tool}"
+
+
+def run(command: list[str], text: str = "", timeout: float | None = None) -> str:
+    try:
+        done = subprocess.run(
+            command, input=text, capture_output=True, text=True, check=False, timeout=timeout
+        )
+    except FileNotFoundError:
+        raise IptablesError(
+            f"{command[0]} is not installed (install the iptables package)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise IptablesError(f"{command[0]} did not finish in {timeout} s") from None
+    if done.returncode != 0:
+        raise IptablesError(f"{command[0]} failed: {refusal(done.stderr, text)}")
+    return done.stdout
+
+
+def refusal(stderr: str, text: str) -> str:
+    """iptables' complaint in one line, with the input line it names."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = [line for line in said if not line.startswith("Try `")] or ["no message"]
+    found = _FAILED_LINE.search(stderr)
+    inputs = text.splitlines()
+    if found and 0 < int(found.group(1)) <= len(inputs):
+        said.append(f"input: {inputs[int(found.group(1)) - 1]}")
+    return "; ".join(said)

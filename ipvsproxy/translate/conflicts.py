@@ -1,0 +1,68 @@
+"""Two services claiming one virtual server: which keeps it, and the warning for the other.
+
+Conflicts are settled per virtual server, never per service, so a tenant who writes another
+service's address into its own externalIPs loses that one virtual server and takes nothing
+from the other service (the attack class of CVE-2020-8554). An address the API server
+allocates and keeps unique (a cluster IP, a node port) wins over one a user writes
+(externalIPs, load-balancer ingress); between equals the older service wins, then the first
+by name, so a newcomer never displaces what is already served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ipvsproxy.model import AddressKind, ObjectKey, Rejection, SkipReason, VirtualServerKey
+
+API_ALLOCATED = frozenset({AddressKind.CLUSTER_IP, AddressKind.NODE_PORT})
+# Sorts after every RFC 3339 time: a service of unknown age counts as the newest.
+_UNKNOWN_AGE = "~"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    service: ObjectKey
+    created: str  # metadata.creationTimestamp, "" when unknown
+    kind: AddressKind
+
+    def rank(self) -> tuple[bool, str, str]:
+        """Lower wins."""
+        return (self.kind not in API_ALLOCATED, self.created or _UNKNOWN_AGE, str(self.service))
+
+
+def _why(winner: Claim, loser: Claim) -> str:
+    if (winner.kind in API_ALLOCATED) != (loser.kind in API_ALLOCATED):
+        return "an address the API server allocates wins over one a user writes"
+    if winner.created != loser.created:
+        return "the older service wins"
+    return "the first by name wins between services of the same age"
+
+
+def conflict(key: VirtualServerKey, winner: Claim, loser: Claim) -> Rejection:
+    return Rejection(
+        f"Service {loser.service}",
+        f"{key} ({loser.kind}) is also Service {winner.service}'s ({winner.kind}); "
+        f"{winner.service} keeps it, as {_why(winner, loser)}",
+        SkipReason.ADDRESS_CONFLICT,
+    )
+
+
+class Claims(Generic[T]):
+    """Each virtual server's winning claim so far, with a value the caller keeps beside it."""
+
+    def __init__(self) -> None:
+        self.held: dict[VirtualServerKey, tuple[Claim, T]] = {}
+
+    def offer(self, key: VirtualServerKey, claim: Claim, value: T) -> Rejection | None:
+        """Take ``key`` for ``claim`` if it wins; the rejection of whichever claim lost."""
+        current = self.held.get(key)
+        if current is None:
+            self.held[key] = (claim, value)
+            return None
+        if claim.rank() < current[0].rank():
+            self.held[key] = (claim, value)
+            return conflict(key, claim, current[0])
+        return conflict(key, current[0], claim)
