@@ -1,7 +1,12 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench on request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench, image on request."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import resource
+import shutil
 from pathlib import Path
 
 import nox
@@ -28,6 +33,7 @@ def lint(session: nox.Session) -> None:
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("hadolint", "Containerfile")
 
 
 @nox.session
@@ -40,7 +46,7 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit, contract (on the fakes) and api tiers: no root needed."""
     _install(session, "test")
-    paths = _existing("tests/unit", "tests/contract", "tests/api")
+    paths = _existing("tests/unit", "tests/contract", "tests/api", "tests/chart")
     session.run("python", "-m", "pytest", *paths, *session.posargs)
 
 
@@ -78,3 +84,118 @@ def bench(session: nox.Session) -> None:
         for script in ("bench/ipvs_batch.py", "bench/ipset_batch.py"):
             session.run("python", "-m", "tests.lab", "--run", "python", script, stdout=out)
     session.log(report.read_text())
+
+
+IMAGE_DIR = Path("build/image")
+ROOTFS_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ipvsproxy"
+# The offline base: Debian with Python and the node tools, nothing else (no apt, no docs).
+MMDEBSTRAP_ARGS = (
+    "--variant=essential",
+    "--include=python3,iproute2,ipset,iptables,kmod,conntrack,usr-is-merged",
+    # The essential set brings usrmerge, and with it 55 MB of Perl that nothing else needs once
+    # usr-is-merged is there; dpkg refuses (and the build fails) if that ever stops being true.
+    '--customize-hook=chroot "$1" dpkg --purge usrmerge libfile-find-rule-perl'
+    " libnumber-compare-perl libtext-glob-perl perl perl-modules-5.36 libperl5.36",
+    # The mirror's Release files may be older than their Valid-Until; the keyring still checks them.
+    "--aptopt=Acquire::Check-Valid-Until false",
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/locale/*",
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
+    "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+    "--dpkgopt=path-exclude=/usr/share/info/*",
+    "bookworm",
+)
+MMDEBSTRAP_SOURCES = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+IMAGE_TOOLS = {"mmdebstrap": "mmdebstrap", "podman": "podman", "runc": "runc"}
+
+
+def _package_version() -> str:
+    found = re.search(r'^__version__ = "(.+)"$', Path("ipvsproxy/__init__.py").read_text(), re.M)
+    assert found, "ipvsproxy/__init__.py has no __version__"
+    return found[1]
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        target.hardlink_to(source)
+    except OSError:  # the cache on another file system
+        shutil.copyfile(source, target)
+
+
+def _rootfs(session: nox.Session) -> Path:
+    """The offline base's root file system, cached outside the repo by what goes into it."""
+    key = hashlib.sha256("\n".join((*MMDEBSTRAP_ARGS, *MMDEBSTRAP_SOURCES)).encode()).hexdigest()
+    cached = ROOTFS_CACHE / f"rootfs-{key[:16]}.tar"
+    if cached.exists():
+        session.log(f"root file system from the cache: {cached}")
+        return cached
+    ROOTFS_CACHE.mkdir(parents=True, exist_ok=True)
+    for stale in ROOTFS_CACHE.glob("rootfs-*.tar"):
+        stale.unlink()
+    partial = cached.with_suffix(".partial.tar")
+    session.run("mmdebstrap", *MMDEBSTRAP_ARGS, str(partial), *MMDEBSTRAP_SOURCES, external=True)
+    partial.rename(cached)
+    return cached
+
+
+def _podman_env() -> dict[str, str]:
+    """crun refuses this kind of host's cgroup layout; runc with explicit ulimits works."""
+    hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    conf = IMAGE_DIR / "containers.conf"
+    conf.write_text(
+        "[containers]\n"
+        f'default_ulimits = ["nofile={hard_nofile}:{hard_nofile}", "nproc=4096:4096"]\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+    )
+    return {"CONTAINERS_CONF": str(conf.resolve())}
+
+
+def _image_id(session: nox.Session, tag: str, env: dict[str, str]) -> str:
+    """The image the tag names now, or "" (a rebuild leaves the old one untagged otherwise)."""
+    found = session.run("podman", "image", "inspect", "--format={{.Id}}", tag, env=env,
+                        external=True, silent=True, success_codes=[0, 125])  # fmt: skip
+    return str(found).strip() if found and "Error" not in str(found) else ""
+
+
+@nox.session
+def image(session: nox.Session) -> None:
+    """The image, built offline (mmdebstrap + podman), run, and saved as an OCI archive."""
+    missing = [package for tool, package in IMAGE_TOOLS.items() if shutil.which(tool) is None]
+    if missing and os.geteuid() == 0:
+        session.run("apt-get", "update", external=True)
+        session.run("apt-get", "install", "--yes", "--no-install-recommends", *missing,
+                    external=True)  # fmt: skip
+    elif missing:
+        session.error(f"needs {', '.join(missing)} (apt-get install, as root)")
+    context = IMAGE_DIR / "context"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    session.run("python", "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(context / "wheels"),
+                ".", "pip")  # fmt: skip
+    _link_or_copy(_rootfs(session), context / "rootfs.tar")
+    env = _podman_env()
+    tag = f"localhost/ipvsproxy:{_package_version()}"
+    previous = _image_id(session, tag, env)
+    podman = ("podman", "build", "--network=host", "--file=Containerfile", f"--tag={tag}")
+    session.run(*podman, "--build-arg=BASE=rootfs", str(context), env=env, external=True)
+    if previous and previous != _image_id(session, tag, env):
+        session.run("podman", "rmi", previous, env=env, external=True, success_codes=[0, 1, 2])
+    run = ("podman", "run", "--rm", "--network=host")
+    session.run(*run, tag, "--version", env=env, external=True)
+    examples = Path("examples").resolve()
+    session.run(*run, f"--volume={examples}:/examples:ro", tag, "sync", "--once", "--dry-run",
+                "--source=/examples/cluster.yaml", "--hostname-override=node-a",
+                env=env, external=True)  # fmt: skip
+    archive = IMAGE_DIR / f"ipvsproxy-{_package_version()}.oci.tar"
+    archive.unlink(missing_ok=True)
+    session.run("podman", "save", "--format=oci-archive", f"--output={archive}", tag,
+                env=env, external=True)  # fmt: skip
+    size = session.run("podman", "image", "inspect", "--format={{.Size}}", tag,
+                       env=env, external=True, silent=True)  # fmt: skip
+    session.log(f"{tag}: {int(str(size)) / 2**20:.1f} MiB unpacked")
+    session.log(f"{archive}: {archive.stat().st_size / 2**20:.1f} MiB")

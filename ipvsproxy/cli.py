@@ -16,7 +16,8 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.deadline import deadline
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, resolve
+from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, resolve
+from ipvsproxy.daemon.main import DaemonError, serve_daemon
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError, SysctlError
 from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
@@ -40,10 +41,6 @@ from ipvsproxy.translate import translate
 USAGE_EXIT = 2
 
 
-def _not_implemented(command: str) -> NoReturn:
-    _fail(f"{command}: not implemented yet")
-
-
 class _OneLineErrors(click.Group):
     """click's own usage errors, in one line like ours, rather than usage text plus error."""
 
@@ -64,12 +61,6 @@ class _OneLineErrors(click.Group):
 @click.version_option(__version__, prog_name="ipvsproxy")
 def main() -> None:
     """A Kubernetes service proxy that programs the Linux kernel's IPVS load balancer."""
-
-
-@main.command()
-def run() -> None:
-    """Run the proxy: watch the cluster and keep the kernel in sync."""
-    _not_implemented("run")
 
 
 def _fail(message: str) -> NoReturn:
@@ -125,6 +116,13 @@ def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _resolve_config(ctx: click.Context) -> ProxyConfig:
     """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
+    resolved = _resolve(ctx)
+    for warning in resolved.warnings:
+        click.echo(f"ipvsproxy: warning: {warning}", err=True)
+    return resolved.config
+
+
+def _resolve(ctx: click.Context) -> Resolved:
     flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
     explicit = [
         flag
@@ -132,12 +130,9 @@ def _resolve_config(ctx: click.Context) -> ProxyConfig:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     ]
     try:
-        resolved = resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
     except ConfigError as error:
         _fail(str(error))
-    for warning in resolved.warnings:
-        click.echo(f"ipvsproxy: warning: {warning}", err=True)
-    return resolved.config
 
 
 def _snapshot(
@@ -304,3 +299,57 @@ def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -
     desired = _desired_state(source, config) if named else None
     view = build_view(_kernel_ipvs_table(), desired, only)
     click.echo(view_json(view) if output == "json" else view_text(view))
+
+
+def _verbosity(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """klog's -v: ``-v 2``, ``-v2``, ``--v=2`` and ``-v=2`` alike."""
+    text = value.removeprefix("=")
+    if not text.isdigit():
+        raise click.BadParameter(f"{value!r} is not a verbosity level (0, 1, 2, ...)", ctx, param)
+    return int(text)
+
+
+_RUN_FLAGS = (
+    click.option("--healthz-bind-address", metavar="HOST:PORT",
+                 help="Serve /healthz and /livez here; port 0 turns them off "
+                 "[default: 0.0.0.0:10256]."),
+    click.option("--metrics-bind-address", metavar="HOST:PORT",
+                 help="Serve /metrics here; port 0 turns it off [default: 127.0.0.1:10249]."),
+    click.option("--ipvs-sync-period", metavar="DURATION",
+                 help="How often the kernel is read whole and repaired [default: 30s]."),
+    click.option("--ipvs-min-sync-period", metavar="DURATION",
+                 help="The least time between two syncs; changes in between coalesce "
+                 "[default: 1s]."),
+    click.option("--logging-format", type=click.Choice(["text", "json"]),
+                 help="Log lines as text or as JSON objects [default: text]."),
+    click.option("-v", "--v", "verbosity", default="0", metavar="N", callback=_verbosity,
+                 help="Log verbosity; 4 and up logs debug detail [default: 0]."),
+    click.option("--traffic-metrics/--no-traffic-metrics", default=True,
+                 help="Export per-service IPVS traffic counters in /metrics [default: on]."),
+)  # fmt: skip
+
+
+def _run_options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_RUN_FLAGS):
+        command = option(command)
+    return _proxy_options(command)
+
+
+@main.command()
+@_run_options
+def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: object) -> None:
+    """Run the proxy: watch the cluster (or --source) and keep the kernel in sync.
+
+    SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
+    """
+    resolved = _resolve(ctx)
+    try:
+        serve_daemon(
+            resolved.config,
+            ctx.params["source"],
+            verbosity,
+            traffic_metrics=traffic_metrics,
+            warnings=resolved.warnings,
+        )
+    except DaemonError as error:
+        _fail(str(error))

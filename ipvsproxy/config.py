@@ -12,6 +12,7 @@ kube-proxy's rules, kept here (cmd/kube-proxy/app/options.go):
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from collections.abc import Collection, Mapping
@@ -37,14 +38,15 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "detectLocal.bridgeInterface": ("--pod-bridge-interface", "str"),
     "detectLocal.interfaceNamePrefix": ("--pod-interface-name-prefix", "str"),
     "nodePortAddresses": ("--nodeport-addresses", "list"),
-    "healthzBindAddress": (None, "str"),
-    "metricsBindAddress": (None, "str"),
+    "healthzBindAddress": ("--healthz-bind-address", "str"),
+    "metricsBindAddress": ("--metrics-bind-address", "str"),
     "iptables.masqueradeAll": ("--masquerade-all", "bool"),
     "ipvs.scheduler": ("--ipvs-scheduler", "str"),
     "ipvs.excludeCIDRs": ("--ipvs-exclude-cidrs", "list"),
     "ipvs.strictARP": ("--ipvs-strict-arp", "bool"),
-    "ipvs.syncPeriod": (None, "duration"),
-    "ipvs.minSyncPeriod": (None, "duration"),
+    "ipvs.syncPeriod": ("--ipvs-sync-period", "duration"),
+    "ipvs.minSyncPeriod": ("--ipvs-min-sync-period", "duration"),
+    "logging.format": ("--logging-format", "str"),
 }
 
 # kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
@@ -55,7 +57,10 @@ IGNORED_FIELDS = frozenset(
         "clientConnection.contentType",
         "clientConnection.qps",
         "clientConnection.burst",
-        "logging",
+        "logging.flushFrequency",
+        "logging.verbosity",
+        "logging.vmodule",
+        "logging.options",
         "bindAddress",
         "bindAddressHardFail",
         "enableProfiling",
@@ -88,11 +93,14 @@ DEFAULT_API_TIMEOUT = 60.0
 DEFAULTS: Mapping[str, Any] = {
     "ipvs.scheduler": "rr",
     "ipvs.syncPeriod": "30s",
-    "ipvs.minSyncPeriod": "0s",
+    # kube-proxy's IPVS default is 0s; one second lets a burst of changes coalesce.
+    "ipvs.minSyncPeriod": "1s",
     "healthzBindAddress": "0.0.0.0:10256",
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
+    "logging.format": "text",
 }
+LOGGING_FORMATS = ("text", "json")
 
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -112,9 +120,10 @@ class ProxyConfig:
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
-    min_sync_period: float = 0.0
+    min_sync_period: float = 1.0
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
+    logging_format: str = "text"
     # The longest a one-shot read of the cluster may take, however the API server trickles.
     api_timeout: float = DEFAULT_API_TIMEOUT
 
@@ -325,11 +334,19 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     periods = {}
     for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
         try:
-            periods[path] = parse_duration(values[path]) or parse_duration(DEFAULTS[path])
+            periods[path] = parse_duration(values[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
         if periods[path] < 0:
             raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    # As kube-proxy's defaulting: a zero sync period means the default; a zero minimum stays.
+    periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
+        DEFAULTS["ipvs.syncPeriod"]
+    )
+    logging_format = values["logging.format"]
+    if logging_format not in LOGGING_FORMATS:
+        known = ", ".join(LOGGING_FORMATS)
+        raise ConfigError(f"{origin['logging.format']} {logging_format!r} is not one of {known}")
     raw_hostname = values.get("hostnameOverride", "")
     hostname = raw_hostname.strip().lower()
     if raw_hostname and not hostname:
@@ -354,11 +371,14 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname or socket.gethostname().lower(),
+        hostname=hostname
+        or os.environ.get("NODE_NAME", "").strip().lower()
+        or socket.gethostname().lower(),
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
         min_sync_period=periods["ipvs.minSyncPeriod"],
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
+        logging_format=logging_format,
     )

@@ -172,6 +172,8 @@ class EndpointSlice:
     endpoints: tuple[Endpoint, ...] = ()
     ports: tuple[EndpointPort, ...] = ()
     resource_version: str = ""
+    # endpoints.kubernetes.io/last-change-trigger-time, seconds since the epoch.
+    trigger_time: float | None = None
 
     @property
     def service(self) -> ObjectKey:
@@ -185,6 +187,10 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # spec.podCIDRs, unparsed: --detect-local-mode=NodeCIDR tells local traffic by them.
     pod_cidrs: tuple[str, ...] = ()
+    # The keys of spec.taints, and whether metadata.deletionTimestamp is set: /healthz reports
+    # a node on its way out as not eligible, so load balancers stop sending to it.
+    taints: tuple[str, ...] = ()
+    deleting: bool = False
 
     @property
     def zone(self) -> str | None:

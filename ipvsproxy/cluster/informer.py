@@ -57,17 +57,37 @@ T = TypeVar("T")
 Parser = Callable[[Mapping[str, Any]], tuple[T | None, list[Rejection]]]
 
 
+def _ignore(resource: str) -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InformerHooks:
+    """Called with the resource's name as the API spells it in URLs ("endpointslices"), from
+    the reflector's thread."""
+
+    # An object was added, changed or deleted, or the resource was listed.
+    changed: Callable[[str], None] = _ignore
+    # Listed again after the first list (410 Gone).
+    relisted: Callable[[str], None] = _ignore
+    # A watch started again after its stream ended or failed.
+    watch_restarted: Callable[[str], None] = _ignore
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Doubling delays between failed attempts, as client-go's reflector (0.8 s to 30 s)."""
+    """Doubling delays between failed attempts, as client-go's reflector (0.8 s to 30 s), each
+    stretched by up to ``jitter`` times itself so that the proxies of a cluster, all cut off by
+    the same API server restart, do not come back in step."""
 
     initial: float = 0.8
     maximum: float = 30.0
+    jitter: float = 1.0
 
     def delays(self) -> Iterator[float]:
         delay = self.initial
         while True:
-            yield delay
+            yield delay * (1 + self.jitter * random.random())
             delay = min(delay * 2, self.maximum)
 
 
@@ -85,9 +105,11 @@ class Reflector(Generic[T]):
         watch_timeout: int = WATCH_TIMEOUT,
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
+        hooks: InformerHooks = InformerHooks(),
     ) -> None:
         self._api = api
         self.resource = resource
+        self._hooks = hooks
         self._parse = parse
         self._selectors = selectors
         self._page_size = page_size
@@ -129,7 +151,10 @@ class Reflector(Generic[T]):
         with self._lock:
             self._store, self._rejections = store, rejections
             self._resource_version = listing.resource_version
+        if self.synced.is_set():
+            self._hooks.relisted(self.resource.plural.lower())
         self.synced.set()
+        self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
     def watch_once(self) -> int:
@@ -161,8 +186,12 @@ class Reflector(Generic[T]):
         """List, then watch, until ``stop`` is set (then call ``close``); never raises."""
         must_list = True
         delays = self._backoff.delays()
+        watched = False
         while not stop.is_set():
             try:
+                if watched:
+                    self._hooks.watch_restarted(self.resource.plural.lower())
+                watched = True
                 if must_list:
                     self.relist()
                     must_list = False
@@ -222,6 +251,7 @@ class Reflector(Generic[T]):
             if problems:
                 self._rejections[key] = problems
             self._resource_version = event.resource_version
+        self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
 
@@ -242,6 +272,7 @@ class ClusterInformer:
         watch_timeout: int = WATCH_TIMEOUT,
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
+        hooks: InformerHooks = InformerHooks(),
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
@@ -251,6 +282,7 @@ class ClusterInformer:
             "watch_timeout": watch_timeout,
             "backoff": backoff,
             "on_change": on_change,
+            "hooks": hooks,
         }
         self.services = Reflector(api, SERVICES, parse_service, selectors=proxied, **options)
         self.endpoint_slices = Reflector(

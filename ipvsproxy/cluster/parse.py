@@ -10,6 +10,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -427,6 +428,24 @@ def _endpoint_port(raw: Any, index: int) -> EndpointPort:
     )
 
 
+TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+
+
+def _trigger_time(annotations: Any) -> float | None:
+    """When the change behind this slice happened, for the network programming latency; a
+    value that is not an RFC 3339 time is only a missing measurement, never a rejection."""
+    if not isinstance(annotations, Mapping):
+        return None
+    value = annotations.get(TRIGGER_TIME_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
+
+
 def parse_endpoint_slice(
     obj: Mapping[str, Any],
 ) -> tuple[EndpointSlice | None, list[Rejection]]:
@@ -462,6 +481,7 @@ def parse_endpoint_slice(
             endpoints=tuple(endpoints),
             ports=tuple(ports),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
+            trigger_time=_trigger_time(metadata.get("annotations")),
         )
     except ParseError as error:
         return None, [
@@ -515,11 +535,17 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
                             f"status.addresses[{index}] {text!r} is not an IP address; ignored",
                         )
                     )
+        taints = [
+            _str(_mapping(item, f"spec.taints[{index}]").get("key"), "taint key")
+            for index, item in enumerate(_list(spec.get("taints"), "spec.taints"))
+        ]
         node = Node(
             name=key.name,
             addresses=tuple(addresses),
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
             pod_cidrs=tuple(text for text in pod_cidrs if _parses(_network, text)),
+            taints=tuple(taints),
+            deleting=metadata.get("deletionTimestamp") is not None,
         )
     except ParseError as error:
         return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]

@@ -13,10 +13,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import DUMMY_INTERFACE, DesiredState, PlanOp, RealServerRef, RestoreIptables
+from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    DesiredState,
+    PlanOp,
+    RealServerRef,
+    RestoreIptables,
+    VirtualServerKey,
+)
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.scoped import restrict
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
 
@@ -56,8 +64,17 @@ class Reconciler:
         self._kernel = kernel
         self._settings = settings
         self._clock = clock
-        self._drains: dict[RealServerRef, float] = {}
+        self._drains: dict[RealServerRef, Drain] = {}
         self._record = AppliedRecord()
+
+    @property
+    def drains(self) -> Mapping[RealServerRef, Drain]:
+        """Every real server waiting at weight 0, as the last sync that looked at it saw it."""
+        return MappingProxyType(self._drains)
+
+    @property
+    def last_desired(self) -> DesiredState | None:
+        return self._record.desired
 
     def observe(self) -> KernelState:
         return observe(self._kernel, self._settings.interface)
@@ -67,14 +84,25 @@ class Reconciler:
         return plan_sync(
             desired,
             self.observe() if actual is None else actual,
-            drains=self._drains,
+            drains={ref: drain.started for ref, drain in self._drains.items()},
             now=self._clock(),
             grace_period=self._settings.grace_period,
             interface=self._settings.interface,
         )
 
-    def sync(self, desired: DesiredState) -> SyncResult:
-        plan = self.plan(desired)
+    def sync(
+        self,
+        desired: DesiredState,
+        actual: KernelState | None = None,
+        scope: frozenset[VirtualServerKey] | None = None,
+    ) -> SyncResult:
+        """Make the kernel match ``desired``; with a ``scope``, only those virtual servers.
+
+        ``actual`` replaces reading the kernel; with a scope it must hold the scope's virtual
+        servers (see ``scoped.believed_state``). Drains outside the scope are kept as they are.
+        """
+        planned = desired if scope is None else restrict(desired, scope, self._record.desired)
+        plan = self.plan(planned, actual)
         outcome = apply_plan(self._kernel, plan)
         attempted = [
             *plan.changes(),
@@ -82,7 +110,12 @@ class Reconciler:
         ]
         drift = count_drift(attempted, self._record)
         self._record = record_applied(desired, _not_applied(outcome))
-        self._drains = {drain.ref: drain.started for drain in plan.ipvs.draining}
+        kept = (
+            {}
+            if scope is None
+            else {r: d for r, d in self._drains.items() if r.virtual not in scope}
+        )
+        self._drains = kept | {drain.ref: drain for drain in plan.ipvs.draining}
         return SyncResult(
             plan=plan,
             applied=outcome.applied,

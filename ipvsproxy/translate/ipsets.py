@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ipvsproxy.model import (
     AddressKind,
@@ -113,6 +114,9 @@ def set_entry(address: IPAddress | IPNetwork) -> str:
     return str(address)
 
 
+# Every translation formats every entry again; an address costs microseconds to print, so the
+# daemon, translating often, keeps the texts.
+@lru_cache(maxsize=1 << 18)
 def ip_port(key: VirtualServerKey) -> str:
     return f"{key.address},{key.protocol.value.lower()}:{key.port}"
 
@@ -137,6 +141,11 @@ def _members(
     suffix = key.protocol.value
     names = [f"KUBE-NODE-PORT-{suffix}"] + ([f"KUBE-NODE-PORT-LOCAL-{suffix}"] if local else [])
     return [(name, str(key.port)) for name in names]
+
+
+@lru_cache(maxsize=1 << 18)
+def _hairpin_entry(protocol: TransportProtocol, real: RealServerKey) -> str:
+    return f"{real.address},{protocol.value.lower()}:{real.port},{real.address}"
 
 
 def _firewall_members(key: VirtualServerKey, firewall: Firewall) -> list[tuple[str, str]]:
@@ -173,8 +182,7 @@ def build_ipsets(
         family = IPFamily.of(key.address)
         add(family, _members(key, desired, key in local_external))
     for protocol, real in hairpin:
-        entry = f"{real.address},{protocol.value.lower()}:{real.port},{real.address}"
-        add(IPFamily.of(real.address), [("KUBE-LOOP-BACK", entry)])
+        add(IPFamily.of(real.address), [("KUBE-LOOP-BACK", _hairpin_entry(protocol, real))])
     for key, firewall in firewalls.items():
         add(IPFamily.of(key.address), _firewall_members(key, firewall))
     for family, ports in health_check_ports.items():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from ipvsproxy.address_rules import unusable_reason
@@ -275,6 +276,53 @@ def _service_state(
     return state
 
 
+class ServiceCache:
+    """Each service's share of the desired state, kept from one translation to the next.
+
+    A service whose Service and EndpointSlice objects are the very same objects as last time,
+    on the same node with the same settings, is not translated again: a sync after one changed
+    slice translates one service. Objects are frozen and parsed once, so identity is equality.
+    """
+
+    def __init__(self) -> None:
+        self._context: tuple[NodeFacts, Settings] | None = None
+        self._entries: dict[
+            # The share, or why the service was rejected.
+            ObjectKey, tuple[Service, tuple[EndpointSlice, ...], _ServiceState | str]
+        ] = {}
+
+    def begin(
+        self, node: NodeFacts, settings: Settings, services: Mapping[ObjectKey, Service]
+    ) -> None:
+        if self._context != (node, settings):
+            self._context = (node, settings)
+            self._entries.clear()
+        elif len(self._entries) > len(services):
+            self._entries = {k: v for k, v in self._entries.items() if k in services}
+
+    def service_state(
+        self, service: Service, slices: list[EndpointSlice], translate: Callable[[], _ServiceState]
+    ) -> _ServiceState:
+        """The cached share if nothing it came from changed, else ``translate()``'s, kept."""
+        entry = self._entries.get(service.key)
+        if (
+            entry is not None
+            and entry[0] is service
+            and len(entry[1]) == len(slices)
+            and all(old is new for old, new in zip(entry[1], slices, strict=True))
+        ):
+            result = entry[2]
+        else:
+            try:
+                result = translate()
+            except _Rejected as error:
+                result = str(error)
+            self._entries[service.key] = (service, tuple(slices), result)
+        if isinstance(result, str):
+            raise _Rejected(result)
+        return result
+
+
 @dataclass(slots=True)
 class _Merged:
     """The winning virtual servers of every service, with what each brings along."""
@@ -301,7 +349,9 @@ class _Merged:
 
 
 @without_cyclic_gc
-def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
+def translate(
+    snapshot: ClusterSnapshot, settings: Settings, cache: ServiceCache | None = None
+) -> DesiredState:
     slices_by_service: dict[ObjectKey, list[EndpointSlice]] = {}
     rejections: list[Rejection] = []
     for slice_key in sorted(snapshot.endpoint_slices, key=str):
@@ -316,7 +366,9 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
     node = node_facts(snapshot, settings)
-    cache = AddressCache()
+    addresses = AddressCache()
+    if cache is not None:
+        cache.begin(node, settings, snapshot.services)
     claims: Claims[_ServiceState] = Claims()
     hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
     health_checks: dict[ObjectKey, int] = {}
@@ -328,8 +380,14 @@ def translate(snapshot: ClusterSnapshot, settings: Settings) -> DesiredState:
             continue
         if not _is_ours(service, settings):
             continue
+        slices = slices_by_service.get(key, [])
+        translate_service = partial(_service_state, service, slices, settings, node, addresses)
         try:
-            found = _service_state(service, slices_by_service.get(key, []), settings, node, cache)
+            found = (
+                translate_service()
+                if cache is None
+                else cache.service_state(service, slices, translate_service)
+            )
         except _Rejected as error:
             rejections.append(Rejection(f"Service {key}", str(error)))
             continue

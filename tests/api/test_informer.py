@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiConnection, Timeouts, connect
-from ipvsproxy.cluster.informer import Backoff, ClusterInformer
+from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
 from ipvsproxy.cluster.source import load_objects
 from ipvsproxy.model import ObjectKey
 from tests.api.conftest import FAST_RETRY
@@ -281,3 +282,61 @@ def test_a_malformed_object_is_rejected_until_it_is_fixed(
 
     fake.apply(with_port(web(), 81))
     assert changes.wait_until(lambda: rejected() == [] and web_port(informer) == 81)
+
+
+class _Counter(Counter[str]):
+    def update_one(self, key: str) -> None:
+        self[key] += 1
+
+
+def test_hooks_see_changes_relists_and_watch_restarts_by_resource(
+    fake: FakeApiServer, api: ApiConnection, changes: Changes
+) -> None:
+    for obj in load_objects(EXAMPLE):
+        fake.apply(obj)
+    changed, relisted, restarted = _Counter(), _Counter(), _Counter()
+    hooks = InformerHooks(
+        changed=changed.update_one,
+        relisted=relisted.update_one,
+        watch_restarted=restarted.update_one,
+    )
+    informer = ClusterInformer(
+        api, "node-a", backoff=Backoff(0.05, 0.2), on_change=changes.notify, hooks=hooks
+    )
+    informer.start()
+    try:
+        assert informer.wait_for_sync(PATIENCE)
+        # The first list of each resource is a change, not a relist.
+        assert changed == {"services": 1, "endpointslices": 1, "nodes": 1}
+        assert not relisted and not restarted
+        assert changes.wait_until(lambda: fake.open_watches == 3)
+        fake.apply(service("one-more"))
+        assert changes.wait_until(lambda: changed["services"] == 2)
+
+        fake.stop()
+        fake.apply(service("while-down"))
+        fake.compact()
+        fake.start()
+        assert changes.wait_until(
+            lambda: relisted == {"services": 1, "endpointslices": 1, "nodes": 1}
+        )
+        assert all(restarted[resource] >= 1 for resource in ("services", "endpointslices", "nodes"))
+    finally:
+        informer.stop()
+
+
+def test_a_first_list_answered_with_500s_is_retried_until_it_succeeds(
+    fake: FakeApiServer, api: ApiConnection
+) -> None:
+    for obj in load_objects(EXAMPLE):
+        fake.apply(obj)
+    # More failures than one request's own retries: the reflector's backoff must take over.
+    fake.fail_next(12, 500)
+    informer = ClusterInformer(api, "node-a", page_size=2, backoff=Backoff(0.05, 0.2))
+    informer.start()
+    try:
+        assert informer.wait_for_sync(PATIENCE)
+        read = read_cluster(api, "node-a")
+        assert informer.snapshot() == (read.snapshot, read.rejections)
+    finally:
+        informer.stop()

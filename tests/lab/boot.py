@@ -21,7 +21,17 @@ from pathlib import Path
 
 from ipvsproxy.model import SCHEDULERS
 
-APT_PACKAGES = ("user-mode-linux", "kmod", "ipvsadm", "ipset", "iptables", "iproute2", "conntrack")
+APT_PACKAGES = (
+    "user-mode-linux",
+    "kmod",
+    "ipvsadm",
+    "ipset",
+    "iptables",
+    "iproute2",
+    "conntrack",
+    # promtool, which checks the daemon's /metrics
+    "prometheus",
+)
 UML_MODULES_ROOT = Path("/usr/lib/uml/modules")
 MODULES = (
     "ip_vs",
@@ -55,7 +65,7 @@ MODULES = (
     "ip6t_REJECT",
 )
 # Tools the tests call inside the lab, beside the kernel itself.
-LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack")
+LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
 
 
 def _missing_commands() -> list[str]:

@@ -27,14 +27,25 @@ def test_help_lists_every_command() -> None:
         assert f"  {command} " in result.output
 
 
-@pytest.mark.parametrize("command", ["run"])
-def test_unimplemented_commands_exit_2(command: str) -> None:
-    result = CliRunner().invoke(main, [command])
-    assert result.exit_code == 2
-    assert "not implemented yet" in result.output
-
-
 EXAMPLE = "examples/cluster.yaml"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--healthz-bind-address", "localhost"], "--healthz-bind-address: 'localhost'"),
+        (["--metrics-bind-address", "nohost:99"], "--metrics-bind-address"),
+        (["--ipvs-sync-period", "soon"], "--ipvs-sync-period 'soon': not a duration"),
+        (["--v", "loud"], "'loud' is not a verbosity level"),
+    ],
+)
+def test_run_refuses_bad_flags_in_one_line_before_touching_anything(
+    args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(main, ["run", "--source", EXAMPLE, *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.splitlines()) == 1
 
 
 def test_dry_run_prints_the_example_plan_against_an_empty_table() -> None:
@@ -70,6 +81,9 @@ def test_json_output_counts_the_same_operations() -> None:
         "EnsureInterface": 1,
         "RestoreIptables": 2,
     }
+
+
+EXAMPLE = "examples/cluster.yaml"
 
 
 @pytest.mark.parametrize(
@@ -128,6 +142,9 @@ def test_flags_the_config_file_overrides_are_named_in_a_warning(tmp_path: Path) 
     )
     texts = [op["text"] for op in json.loads(result.stdout)["operations"]]
     assert "add virtual server UDP 10.96.0.10:53 rr" in texts
+
+
+EXAMPLE = "examples/cluster.yaml"
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,7 @@ def test_defaults_are_kube_proxys() -> None:
     config = resolve({}, ()).config
     assert config.settings.scheduler == "rr"
     assert config.hostname == socket.gethostname().lower()
-    assert (config.sync_period, config.min_sync_period) == (30.0, 0.0)
+    assert (config.sync_period, config.min_sync_period) == (30.0, 1.0)
     assert config.healthz_bind_address == "0.0.0.0:10256"
     assert config.metrics_bind_address == "127.0.0.1:10249"
     assert config.kubeconfig is None

@@ -256,6 +256,46 @@ def test_missing_own_node_is_reported_but_the_snapshot_stands() -> None:
     assert "--hostname-override" in rejections[0].reason
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-01-02T03:04:05Z", 1767323045.0),
+        ("2026-01-02T03:04:05.5+00:00", 1767323045.5),
+        ("yesterday", None),
+        ("2026-01-02T03:04:05", None),
+        (17, None),
+    ],
+)
+def test_a_slices_trigger_time_is_read_and_a_bad_one_is_only_missing(
+    value: Any, expected: float | None
+) -> None:
+    found, problems = parse_endpoint_slice(
+        {
+            "metadata": {
+                "name": "web-1",
+                "namespace": "shop",
+                "labels": {"kubernetes.io/service-name": "web"},
+                "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": value},
+            },
+            "addressType": "IPv4",
+        }
+    )
+    assert found is not None and problems == []
+    assert found.trigger_time == expected
+
+
+def test_a_node_carries_its_taints_and_whether_it_is_being_deleted() -> None:
+    node, problems = parse_node(
+        {
+            "metadata": {"name": "n", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]},
+        }
+    )
+    assert problems == []
+    assert node is not None and node.deleting
+    assert node.taints == ("ToBeDeletedByClusterAutoscaler",)
+
+
 def _reasons(rejections: list[Any]) -> list[str]:
     return [r.reason for r in rejections]
 

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.model import IPFamily
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.cluster.parse import parse_endpoint_slice, parse_service, snapshot_from_objects
+from ipvsproxy.model import EndpointSlice, IPFamily, ObjectKey, Service
+from ipvsproxy.translate import ServiceCache, Settings, translate
 from tests.unit.test_translate_rules import NODE
 
 texts = st.sampled_from(["", "None", "10.96.0.1", "fd00::1", "1.2.3.999", "x", "node-a", "p"])
@@ -142,3 +143,27 @@ def test_ipset_entries_parse_as_their_set_type_and_every_jump_has_its_chain(
                 assert all(state.ipsets[s].spec.family is ruleset.family for s in sets)
         for jump in ruleset.jumps:
             assert jump.target in ruleset.chains[jump.table]
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(service | endpoint_slice, max_size=4), min_size=1, max_size=5))
+def test_a_translation_cache_changes_nothing_but_the_work(
+    steps: list[list[dict[str, Any]]],
+) -> None:
+    """Objects that did not change stay the same objects, as the informer keeps them."""
+    cache = ServiceCache()
+    services: dict[ObjectKey, Service] = {}
+    slices: dict[ObjectKey, EndpointSlice] = {}
+    node, _ = snapshot_from_objects([NODE], "node-a")
+    for changes in steps:
+        for obj in changes:
+            if obj["kind"] == "Service":
+                parsed_service = parse_service(obj)[0]
+                if parsed_service is not None:
+                    services[parsed_service.key] = parsed_service
+            else:
+                parsed_slice = parse_endpoint_slice(obj)[0]
+                if parsed_slice is not None:
+                    slices[parsed_slice.key] = parsed_slice
+        snapshot = replace(node, services=dict(services), endpoint_slices=dict(slices))
+        assert translate(snapshot, Settings(), cache) == translate(snapshot, Settings())

@@ -1,0 +1,233 @@
+"""The daemon: the cluster source, the bounded-frequency sync loop, health, metrics, timers.
+
+Order of a run: serve /healthz and /metrics; start watching; wait until every initial list
+has arrived (nothing is written before: a half-listed cluster must never delete anything);
+then sync fully once, and from there on as the runner allows. ``stop`` ends it all and leaves
+the kernel as it is, so traffic keeps flowing while the proxy is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ipvsproxy.cluster import api
+from ipvsproxy.cluster.informer import InformerHooks
+from ipvsproxy.daemon.health import ProxierHealth
+from ipvsproxy.daemon.http import HttpServer
+from ipvsproxy.daemon.metrics import Metrics
+from ipvsproxy.daemon.nodeports import (
+    HealthCheckNodePorts,
+    local_endpoint_counts,
+    no_local_endpoints,
+)
+from ipvsproxy.daemon.runner import BoundedFrequencyRunner
+from ipvsproxy.daemon.sources import ClusterSource
+from ipvsproxy.daemon.syncer import Syncer, SyncReport
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
+from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.translate import Settings
+
+log = logging.getLogger(__name__)
+
+SERVICES = api.SERVICES.plural.lower()
+ENDPOINT_SLICES = api.ENDPOINT_SLICES.plural.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    sync_period: float = 30.0
+    min_sync_period: float = 1.0
+    # (host, port) to serve on, or None for off.
+    healthz: tuple[str, int] | None = ("0.0.0.0", 10256)
+    metrics: tuple[str, int] | None = ("127.0.0.1", 10249)
+    # Reads the IPVS counters for the per-service traffic metrics; None turns them off.
+    traffic: Callable[[], IPVSTable] | None = None
+    # How often the loop checks whether a full sync is due.
+    tick: float = 1.0
+    # How often, while real servers drain, the kernel is read to delete the idle ones.
+    drain_check_period: float = 5.0
+    health_check_host: str = ""
+
+
+class Daemon:
+    def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
+        self._options = options
+        self.syncer = Syncer(kernel, settings, options.sync_period)
+        self.health = ProxierHealth(timeout=2 * options.sync_period)
+        self.metrics = Metrics(self._traffic if options.traffic is not None else None)
+        self.health_check_ports = HealthCheckNodePorts(options.health_check_host)
+        self.runner = BoundedFrequencyRunner(
+            self._sync, options.min_sync_period, options.sync_period
+        )
+        self._source: ClusterSource | None = None
+        self._pending: Counter[str] = Counter()
+        self._pending_lock = threading.Lock()
+        self._servers: list[HttpServer] = []
+        self.synced = threading.Event()
+
+    # -- what sources call, from their threads ------------------------------------------------
+
+    def changed(self, resource: str = "") -> None:
+        """The cluster changed: queue a sync (kube-proxy's OnServiceUpdate and friends)."""
+        with self._pending_lock:
+            self._pending[resource] += 1
+            self.metrics.service_changes_pending.set(self._pending[SERVICES])
+            self.metrics.endpoint_changes_pending.set(self._pending[ENDPOINT_SLICES])
+        self.health.queued_update()
+        self.metrics.last_queued.set_to_current_time()
+        self.runner.request()
+
+    def informer_hooks(self) -> InformerHooks:
+        return InformerHooks(
+            changed=self.changed,
+            relisted=lambda resource: self.metrics.relists.labels(resource=resource).inc(),
+            watch_restarted=lambda resource: self.metrics.watch_restarts.labels(
+                resource=resource
+            ).inc(),
+        )
+
+    # -- running --------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Start the /healthz, /livez and /metrics servers (each only if given an address)."""
+        options, metrics = self._options, self.metrics
+        if options.healthz is not None:
+            routes = {
+                "/healthz": metrics.counted(metrics.healthz, self.health.healthz),
+                "/livez": metrics.counted(metrics.livez, self.health.livez),
+            }
+            self._servers.append(HttpServer(*options.healthz, routes).start())
+        if options.metrics is not None:
+            routes = {"/metrics": metrics.response}
+            self._servers.append(HttpServer(*options.metrics, routes).start())
+
+    @property
+    def ports(self) -> list[int]:
+        """The ports served, in the order healthz, metrics (those that are on)."""
+        return [server.port for server in self._servers]
+
+    def run(self, source: ClusterSource, stop: threading.Event) -> None:
+        """Serve, watch and sync until ``stop`` is set; the kernel is left as it is."""
+        self._source = source
+        if not self._servers:
+            self.serve()
+        # Not yet listed is an update queued: unhealthy if the lists never arrive.
+        self.health.queued_update()
+        source.start()
+        threads: list[threading.Thread] = []
+        try:
+            log.info("waiting for the initial lists")
+            while not source.wait_for_sync(0.2):
+                if stop.is_set():
+                    return
+            log.info("initial lists complete; first sync")
+            self.runner.request()
+            threads = [
+                threading.Thread(target=self.runner.loop, name="sync", daemon=True),
+                threading.Thread(target=self._tick, args=(stop,), name="tick", daemon=True),
+            ]
+            for thread in threads:
+                thread.start()
+            while not stop.wait(0.5):
+                pass
+        finally:
+            log.info("stopping; the kernel state stays in place")
+            # Also when leaving on an exception: the timer thread waits on it.
+            stop.set()
+            self.runner.stop()
+            for thread in threads:
+                thread.join()
+            source.stop()
+            self.health_check_ports.stop()
+            for server in self._servers:
+                server.stop()
+            self._servers.clear()
+
+    def _tick(self, stop: threading.Event) -> None:
+        """The graceful-termination timer, and the periodic full sync on time."""
+        last_drain_check = time.monotonic()
+        while not stop.wait(self._options.tick):
+            now = time.monotonic()
+            drain_check_due = now - last_drain_check >= self._options.drain_check_period
+            if drain_check_due and self.syncer.reconciler.drains:
+                last_drain_check = now
+                self.syncer.drain_check_wanted = True
+                self.runner.request()
+            elif self.syncer.full_sync_due():
+                self.runner.request()
+
+    def _sync(self) -> None:
+        assert self._source is not None
+        with self._pending_lock:
+            self._pending.clear()
+        self.metrics.service_changes_pending.set(0)
+        self.metrics.endpoint_changes_pending.set(0)
+        snapshot, rejections = self._source.snapshot()
+        self.health.set_node(snapshot.node)
+        try:
+            report = self.syncer.sync(snapshot, rejections)
+        except Exception:
+            # The next sync is a full one; meanwhile /healthz turns 503 if this persists.
+            log.exception("sync failed")
+            self.metrics.syncs.labels(mode="unknown", result="error").inc()
+            return
+        self._record(report)
+        desired = report.desired
+        self.health_check_ports.update(
+            desired.health_check_node_ports,
+            local_endpoint_counts(snapshot, desired.health_check_node_ports),
+        )
+        self.metrics.no_local_endpoints.counts = no_local_endpoints(snapshot, desired)
+        if not any(isinstance(f.op, RestoreIptables) for f in report.result.failures):
+            self.health.updated()
+            self.metrics.last_sync.set_to_current_time()
+            now = time.time()
+            for trigger in report.changes.trigger_times:
+                self.metrics.network_programming.observe(max(0.0, now - trigger))
+        self.synced.set()
+
+    def _record(self, report: SyncReport) -> None:
+        result, metrics = report.result, self.metrics
+        metrics.sync_duration.observe(report.seconds)
+        metrics.syncs.labels(mode=report.mode.value, result="ok" if result.ok else "failed").inc()
+        metrics.service_changes.inc(report.changes.service_objects)
+        metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
+        for op in result.applied:
+            metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+        for failure in result.failures:
+            metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()
+            if isinstance(failure.op, RestoreIptables):
+                metrics.iptables_restore_failures.inc()
+            log.warning("kernel refused: %s", failure)
+        for op in result.held_back:
+            metrics.kernel_operations.labels(kind=type(op).__name__, result="held_back").inc()
+            log.debug("held back: %s", describe(op))
+        for kind, count in result.drift.items():
+            if count:
+                metrics.drift_repairs.labels(kind=kind).inc(count)
+                log.warning("repaired %d %s changed behind our back", count, kind)
+        for rejection in report.new_rejections:
+            metrics.objects_skipped.labels(reason=rejection.category.value).inc()
+            log.warning("skipped %s: %s", rejection.object, rejection.reason)
+        metrics.real_servers_draining.set(len(self.syncer.reconciler.drains))
+        log.info(
+            "synced",
+            extra={
+                "mode": report.mode.value,
+                "changed_services": len(report.changes.services),
+                "writes": result.writes,
+                "failures": len(result.failures),
+                "draining": len(result.draining),
+                "seconds": round(report.seconds, 4),
+            },
+        )
+
+    def _traffic(self) -> tuple[IPVSTable, DesiredState | None]:
+        assert self._options.traffic is not None
+        return self._options.traffic(), self.syncer.last_desired

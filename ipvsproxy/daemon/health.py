@@ -1,0 +1,83 @@
+"""kube-proxy's proxier health: /healthz and /livez, and whether this node should get traffic.
+
+* A sync is queued when the cluster changes and done when it is written. Once it has synced
+  at least once, the proxy is unhealthy while the oldest update still queued is older than the
+  health timeout (kube-proxy uses twice the sync period): the loop is stuck or failing. Until
+  its first sync it is healthy, as kube-proxy is while starting up.
+* /healthz is also 503 while the Node is being deleted or carries the cluster autoscaler's
+  ToBeDeletedByClusterAutoscaler taint, so load balancers drain the node first; /livez is not.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from ipvsproxy.daemon.http import Response
+from ipvsproxy.model import Node
+
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+JSON = "application/json"
+
+
+def node_eligible(node: Node | None) -> bool:
+    """Whether load balancers should send this node traffic; an unknown node is eligible."""
+    return node is None or not (node.deleting or TO_BE_DELETED_TAINT in node.taints)
+
+
+def _go_time(timestamp: float) -> str:
+    """A wall-clock time as Go's time.String() prints it, which kube-proxy's body carries."""
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{int(timestamp % 1 * 1e9):09d} +0000 UTC"
+
+
+class ProxierHealth:
+    """Thread-safe: the sync loop reports, the HTTP threads ask."""
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.time) -> None:
+        self._timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_updated: float | None = None
+        self._oldest_queued: float | None = None
+        self._node_eligible = True
+
+    def queued_update(self) -> None:
+        with self._lock:
+            if self._oldest_queued is None:
+                self._oldest_queued = self._clock()
+
+    def updated(self) -> None:
+        with self._lock:
+            self._last_updated = self._clock()
+            self._oldest_queued = None
+
+    def set_node(self, node: Node | None) -> None:
+        with self._lock:
+            self._node_eligible = node_eligible(node)
+
+    def _state(self) -> tuple[bool, float, float, bool]:
+        """(healthy, lastUpdated, currentTime, nodeEligible) as kube-proxy reports them: while
+        healthy, lastUpdated is the current time (what older releases meant by it)."""
+        with self._lock:
+            now = self._clock()
+            last, queued = self._last_updated, self._oldest_queued
+            healthy = last is None or queued is None or now - queued < self._timeout
+            return healthy, now if healthy else (last or 0.0), now, self._node_eligible
+
+    def healthz(self) -> Response:
+        healthy, last, now, eligible = self._state()
+        body = {
+            "lastUpdated": _go_time(last),
+            "currentTime": _go_time(now),
+            "nodeEligible": eligible,
+        }
+        return Response(200 if healthy and eligible else 503, JSON, json.dumps(body).encode())
+
+    def livez(self) -> Response:
+        healthy, last, now, _ = self._state()
+        body = {"lastUpdated": _go_time(last), "currentTime": _go_time(now)}
+        return Response(200 if healthy else 503, JSON, json.dumps(body).encode())

@@ -1,0 +1,115 @@
+"""``ipvsproxy run``: build the daemon from the configuration, run it until a signal."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from ipvsproxy.cluster.connection import ApiError, connect
+from ipvsproxy.cluster.informer import ClusterInformer
+from ipvsproxy.config import ProxyConfig
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.http import parse_bind_address
+from ipvsproxy.daemon.logs import configure
+from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
+from ipvsproxy.kernel.bundle import real_kernel
+from ipvsproxy.kernel.errors import PreconditionError, SysctlError
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
+from ipvsproxy.kernel.ipvs_sysctls import ensure_ipvs_sysctls
+from ipvsproxy.kernel.preconditions import check_ipvs
+from ipvsproxy.model import IPVSTable
+
+log = logging.getLogger(__name__)
+
+
+class DaemonError(Exception):
+    """The daemon cannot start; the message is one line."""
+
+
+def _address(text: str, flag: str) -> tuple[str, int] | None:
+    """A bind address, or None for port 0 (off)."""
+    try:
+        host, port = parse_bind_address(text)
+    except ValueError as error:
+        raise DaemonError(f"{flag}: {error}") from None
+    return (host, port) if port else None
+
+
+def _read_ipvs_counters() -> IPVSTable:
+    # A socket of its own: scrapes come from HTTP threads while the sync loop uses its own.
+    with NetlinkIPVS() as ipvs:
+        return ipvs.dump()
+
+
+def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions:
+    return DaemonOptions(
+        sync_period=config.sync_period,
+        min_sync_period=config.min_sync_period,
+        healthz=_address(config.healthz_bind_address, "--healthz-bind-address"),
+        metrics=_address(config.metrics_bind_address, "--metrics-bind-address"),
+        traffic=_read_ipvs_counters if traffic_metrics else None,
+    )
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    def handle(signum: int, _: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def serve_daemon(
+    config: ProxyConfig,
+    source_path: Path | None,
+    verbosity: int,
+    *,
+    traffic_metrics: bool,
+    warnings: Sequence[str] = (),
+) -> None:
+    configure(config.logging_format, verbosity)
+    for warning in warnings:
+        log.warning(warning)
+    options = options_from(config, traffic_metrics=traffic_metrics)
+    try:
+        check_ipvs()
+    except PreconditionError as error:
+        raise DaemonError(str(error)) from None
+    stop = threading.Event()
+    stop_on_signals(stop)
+    with real_kernel() as kernel:
+        try:
+            for change in ensure_ipvs_sysctls(kernel.sysctl, strict_arp=config.settings.strict_arp):
+                log.info("sysctl %s: %s -> %s", change.name, change.before, change.after)
+        except SysctlError as error:
+            raise DaemonError(str(error)) from None
+        daemon = Daemon(kernel, config.settings, options)
+        try:
+            daemon.serve()
+        except OSError as error:
+            raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
+        source: ClusterSource
+        if source_path is not None:
+            source = FileSource(source_path, config.hostname, on_change=daemon.changed)
+        else:
+            try:
+                api = connect(config.kubeconfig, config.master or None)
+            except ApiError as error:
+                raise DaemonError(str(error)) from None
+            informer = ClusterInformer(
+                api,
+                config.hostname,
+                service_proxy_name=config.settings.service_proxy_name,
+                hooks=daemon.informer_hooks(),
+            )
+            source = ApiSource(informer)
+        log.info(
+            "starting",
+            extra={"node": config.hostname, "source": str(source_path or "api")},
+        )
+        daemon.run(source, stop)

@@ -1,0 +1,228 @@
+"""/metrics: kube-proxy's metric names and buckets, and ours under ``ipvsproxy_``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.registry import Collector
+
+from ipvsproxy.daemon.http import Response
+from ipvsproxy.model import DesiredState, IPVSTable, TrafficStats
+
+
+def _linear(start: float, width: float, count: int) -> list[float]:
+    return [start + width * i for i in range(count)]
+
+
+# kube-proxy's buckets (pkg/proxy/metrics): 1 ms doubling to ~16 s for a sync.
+SYNC_BUCKETS = [0.001 * 2**i for i in range(15)]
+NETWORK_PROGRAMMING_BUCKETS = [
+    *_linear(0.25, 0.25, 2),
+    *_linear(1, 1, 59),
+    *_linear(60, 5, 12),
+    *_linear(120, 30, 7),
+]
+
+
+class _NoLocalEndpoints(Collector):
+    """kube-proxy exports this as a gauge named ``_total``; untyped keeps it and promtool happy."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {"internal": 0, "external": 0}
+
+    def collect(self) -> Iterable[Metric]:
+        family = UnknownMetricFamily(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Number of services with a Local traffic policy and no endpoints",
+            labels=["traffic_policy"],
+        )
+        for policy, count in sorted(self.counts.items()):
+            family.add_metric([policy], count)
+        yield family
+
+
+TrafficSource = Callable[[], tuple[IPVSTable, DesiredState | None]]
+_TRAFFIC_LABELS = ["namespace", "service", "port", "protocol"]
+
+
+class _Traffic(Collector):
+    """Per service port, the IPVS counters of its virtual servers, read at scrape time."""
+
+    def __init__(self, source: TrafficSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        table, desired = self._source()
+        totals: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+        if desired is not None:
+            for key, state in table.items():
+                wanted = desired.virtual_servers.get(key)
+                if wanted is None:
+                    continue
+                service = wanted.owner.service
+                port = (service.namespace, service.name, wanted.owner.port_name)
+                _add(totals[(*port, wanted.owner.protocol.value)], state.stats)
+        connections = CounterMetricFamily(
+            "ipvsproxy_service_connections",
+            "Connections IPVS scheduled to the service port's virtual servers",
+            labels=_TRAFFIC_LABELS,
+        )
+        packets = CounterMetricFamily(
+            "ipvsproxy_service_packets",
+            "Packets through the service port's virtual servers",
+            labels=[*_TRAFFIC_LABELS, "direction"],
+        )
+        octets = CounterMetricFamily(
+            "ipvsproxy_service_bytes",
+            "Bytes through the service port's virtual servers",
+            labels=[*_TRAFFIC_LABELS, "direction"],
+        )
+        for labels, (conns, pin, pout, bin_, bout) in sorted(totals.items()):
+            connections.add_metric(list(labels), conns)
+            packets.add_metric([*labels, "in"], pin)
+            packets.add_metric([*labels, "out"], pout)
+            octets.add_metric([*labels, "in"], bin_)
+            octets.add_metric([*labels, "out"], bout)
+        yield from (connections, packets, octets)
+
+
+def _add(total: list[int], stats: TrafficStats) -> None:
+    total[0] += stats.connections
+    total[1] += stats.packets_in
+    total[2] += stats.packets_out
+    total[3] += stats.bytes_in
+    total[4] += stats.bytes_out
+
+
+class Metrics:
+    """Every metric of the daemon, in a registry of its own."""
+
+    def __init__(self, traffic: TrafficSource | None = None) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self.sync_duration = Histogram(
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.last_sync = Gauge(
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "The last time proxy rules were successfully synced",
+            registry=registry,
+        )
+        self.last_queued = Gauge(
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+            "The last time a sync of proxy rules was queued",
+            registry=registry,
+        )
+        self.network_programming = Histogram(
+            "kubeproxy_network_programming_duration_seconds",
+            "In Network Programming Latency in seconds",
+            buckets=NETWORK_PROGRAMMING_BUCKETS,
+            registry=registry,
+        )
+        self.endpoint_changes_pending = Gauge(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+            "Pending proxy rules Endpoint changes",
+            registry=registry,
+        )
+        self.endpoint_changes = Counter(
+            "kubeproxy_sync_proxy_rules_endpoint_changes",
+            "Cumulative proxy rules Endpoint changes",
+            registry=registry,
+        )
+        self.service_changes_pending = Gauge(
+            "kubeproxy_sync_proxy_rules_service_changes_pending",
+            "Pending proxy rules Service changes",
+            registry=registry,
+        )
+        self.service_changes = Counter(
+            "kubeproxy_sync_proxy_rules_service_changes",
+            "Cumulative proxy rules Service changes",
+            registry=registry,
+        )
+        self.no_local_endpoints = _NoLocalEndpoints()
+        registry.register(self.no_local_endpoints)
+        self.iptables_restore_failures = Counter(
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+            "Cumulative proxy iptables restore failures",
+            registry=registry,
+        )
+        self.healthz = Counter(
+            "kubeproxy_proxy_healthz",
+            "Cumulative proxy healthz HTTP status",
+            ["code"],
+            registry=registry,
+        )
+        self.livez = Counter(
+            "kubeproxy_proxy_livez",
+            "Cumulative proxy livez HTTP status",
+            ["code"],
+            registry=registry,
+        )
+        self.kernel_operations = Counter(
+            "ipvsproxy_kernel_operations",
+            "Kernel operations applied, by kind of operation and result",
+            ["kind", "result"],
+            registry=registry,
+        )
+        self.drift_repairs = Counter(
+            "ipvsproxy_drift_repairs",
+            "Kernel objects changed behind the proxy's back and repaired, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.watch_restarts = Counter(
+            "ipvsproxy_watch_restarts",
+            "Watches of the API server started again after ending or failing",
+            ["resource"],
+            registry=registry,
+        )
+        self.relists = Counter(
+            "ipvsproxy_relists",
+            "Lists of a resource after the first (410 Gone)",
+            ["resource"],
+            registry=registry,
+        )
+        self.objects_skipped = Counter(
+            "ipvsproxy_objects_skipped",
+            "Objects (or parts of them) newly left out, by reason (invalid, duplicate, ...)",
+            ["reason"],
+            registry=registry,
+        )
+        self.real_servers_draining = Gauge(
+            "ipvsproxy_real_servers_draining",
+            "Real servers at weight 0 waiting for their connections to end",
+            registry=registry,
+        )
+        self.syncs = Counter(
+            "ipvsproxy_syncs",
+            "Syncs, by mode (full or incremental) and result (ok or failed)",
+            ["mode", "result"],
+            registry=registry,
+        )
+        if traffic is not None:
+            registry.register(_Traffic(traffic))
+
+    def counted(self, counter: Counter, handler: Callable[[], Response]) -> Callable[[], Response]:
+        """``handler``, counting each answer's status code in ``counter``."""
+
+        def answer() -> Response:
+            response = handler()
+            counter.labels(code=str(response.status)).inc()
+            return response
+
+        return answer
+
+    def response(self) -> Response:
+        return Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))

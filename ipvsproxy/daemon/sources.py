@@ -1,0 +1,129 @@
+"""Where the daemon's cluster comes from: the API server's watches, or manifest files."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from ipvsproxy.cluster.informer import ClusterInformer
+from ipvsproxy.cluster.source import MANIFEST_SUFFIXES, SourceError, load_snapshot
+from ipvsproxy.model import ClusterSnapshot, Rejection
+
+log = logging.getLogger(__name__)
+
+
+class ClusterSource(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        """True once the whole cluster has been read at least once."""
+        ...
+
+    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]: ...
+
+
+class ApiSource:
+    """The API server, through the informer's list+watch of each resource."""
+
+    def __init__(self, informer: ClusterInformer) -> None:
+        self._informer = informer
+
+    def start(self) -> None:
+        self._informer.start()
+
+    def stop(self) -> None:
+        self._informer.stop()
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        return self._informer.wait_for_sync(timeout)
+
+    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
+        return self._informer.snapshot()
+
+
+Signature = tuple[tuple[str, int, int], ...]
+
+
+def _signature(path: Path) -> Signature:
+    """What changes when a manifest is written, added or removed: names, mtimes and sizes."""
+    files = (
+        sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
+        if path.is_dir()
+        else [path]
+    )
+    found = []
+    for file in files:
+        try:
+            stat = file.stat()
+        except OSError:
+            continue
+        found.append((str(file), stat.st_mtime_ns, stat.st_size))
+    return tuple(found)
+
+
+class FileSource:
+    """A manifest file or folder, read again whenever a file in it changes (polled).
+
+    A file that does not parse is reported and the last good reading is kept: a half-written
+    manifest must not remove every service.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        node_name: str,
+        on_change: Callable[[], None],
+        poll_interval: float = 0.5,
+    ) -> None:
+        self._path = path
+        self._node_name = node_name
+        self._on_change = on_change
+        self._poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self._current: tuple[ClusterSnapshot, list[Rejection]] | None = None
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="source-files", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
+        with self._lock:
+            if self._current is None:
+                raise RuntimeError("snapshot() before the first reading")
+            return self._current
+
+    def _poll(self) -> None:
+        seen: Signature | None = None
+        while not self._stop.is_set():
+            signature = _signature(self._path)
+            if signature != seen:
+                seen = signature
+                self._load()
+            self._stop.wait(self._poll_interval)
+
+    def _load(self) -> None:
+        try:
+            current = load_snapshot(self._path, self._node_name)
+        except SourceError as error:
+            log.warning("%s; keeping the last good reading", error)
+            return
+        with self._lock:
+            self._current = current
+        log.info("read %s", self._path, extra={"services": len(current[0].services)})
+        self._synced.set()
+        self._on_change()

@@ -1,0 +1,113 @@
+"""A generated cluster as API objects, and a fake kernel that records what it is asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable
+
+NODE = "node-a"
+NODE_IP = "192.168.10.11"
+
+
+def node(name: str = NODE, address: str = NODE_IP, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, **extra.pop("metadata", {})},
+        "spec": extra.pop("spec", {}),
+        "status": {"addresses": [{"type": "InternalIP", "address": address}]},
+    }
+
+
+def service_ip(index: int) -> str:
+    return f"10.96.{index // 250}.{index % 250 + 1}"
+
+
+def service(index: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"svc-{index}", "namespace": "default"},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": service_ip(index),
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+            **spec,
+        },
+    }
+
+
+def endpoint_slice(
+    index: int, endpoints: int = 2, first: int = 0, node_name: str = NODE
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"svc-{index}-abcde",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": f"svc-{index}"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {
+                "addresses": [f"10.{128 + index // 250}.{index % 250}.{n + 1}"],
+                "conditions": {"ready": True},
+                "nodeName": node_name,
+            }
+            for n in range(first, first + endpoints)
+        ],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }
+
+
+def cluster(services: int, endpoints: int = 2) -> list[dict[str, Any]]:
+    objects = [node()]
+    for index in range(services):
+        objects += [service(index), endpoint_slice(index, endpoints)]
+    return objects
+
+
+class RecordingIPVS:
+    """FakeIPVS that remembers every op it was given and counts the dumps."""
+
+    def __init__(self) -> None:
+        self.fake = FakeIPVS()
+        self.ops: list[IPVSOp] = []
+        self.dumps = 0
+        # Set, every call raises: a kernel interface broken in a way no op result describes.
+        self.broken = False
+
+    def dump(self) -> IPVSTable:
+        self._check()
+        self.dumps += 1
+        return self.fake.dump()
+
+    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
+        self._check()
+        self.ops += ops
+        return self.fake.apply(ops)
+
+    def _check(self) -> None:
+        if self.broken:
+            raise RuntimeError("the IPVS socket is broken")
+
+
+class RecordingKernel(FakeKernel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.recording = RecordingIPVS()
+
+    def kernel(self) -> Kernel:
+        return Kernel(
+            self.recording, self.addresses, self.ipsets, self.iptables, self.sysctl, self.conntrack
+        )
+
+    def take_ops(self) -> list[IPVSOp]:
+        ops, self.recording.ops = self.recording.ops, []
+        return ops

@@ -1,0 +1,268 @@
+"""The daemon's small parts: runner, health, change tracking, logs, bind addresses, file source."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ipvsproxy.cluster.informer import Backoff
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
+from ipvsproxy.daemon.health import ProxierHealth, node_eligible
+from ipvsproxy.daemon.http import parse_bind_address
+from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
+from ipvsproxy.daemon.runner import BoundedFrequencyRunner
+from ipvsproxy.daemon.sources import FileSource
+from ipvsproxy.model import ClusterSnapshot, Node, ObjectKey
+from tests.daemon_kit import NODE, cluster, endpoint_slice, service
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def snapshot(objects: list[dict[str, object]]) -> ClusterSnapshot:
+    return snapshot_from_objects(objects, NODE)[0]
+
+
+# -- runner ----------------------------------------------------------------------------------
+
+
+def test_requests_during_a_run_coalesce_into_one_more_run() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    runs: list[float] = []
+
+    def work() -> None:
+        runs.append(time.monotonic())
+        started.set()
+        release.wait(10)
+
+    runner = BoundedFrequencyRunner(work, min_interval=0.0, max_interval=3600)
+    thread = threading.Thread(target=runner.loop)
+    thread.start()
+    try:
+        runner.request()
+        assert started.wait(10)
+        for _ in range(50):
+            runner.request()
+        release.set()
+        deadline = time.monotonic() + 10
+        while len(runs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+    finally:
+        runner.stop()
+        release.set()
+        thread.join(10)
+    assert len(runs) == 2
+    assert not thread.is_alive()
+
+
+def test_runs_are_at_least_the_minimum_interval_apart() -> None:
+    runs: list[float] = []
+    runner = BoundedFrequencyRunner(lambda: runs.append(time.monotonic()), 0.3, 3600)
+    thread = threading.Thread(target=runner.loop)
+    thread.start()
+    try:
+        for _ in range(3):
+            runner.request()
+            deadline = time.monotonic() + 10
+            count = len(runs)
+            while len(runs) == count and time.monotonic() < deadline:
+                runner.request()
+                time.sleep(0.01)
+    finally:
+        runner.stop()
+        thread.join(10)
+    assert len(runs) >= 3
+    assert all(later - earlier >= 0.3 for earlier, later in itertools.pairwise(runs))
+
+
+def test_the_runner_runs_unasked_after_the_maximum_interval_but_not_before_a_first_request() -> (
+    None
+):
+    runs: list[float] = []
+    runner = BoundedFrequencyRunner(lambda: runs.append(time.monotonic()), 0.0, 0.2)
+    thread = threading.Thread(target=runner.loop)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        assert runs == []
+        runner.request()
+        deadline = time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        runner.stop()
+        thread.join(10)
+    assert len(runs) >= 3
+
+
+# -- health ----------------------------------------------------------------------------------
+
+
+def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
+    clock = Clock()
+    health = ProxierHealth(timeout=60.0, clock=clock)
+    health.queued_update()
+    clock.now += 600
+    # Healthy while starting up, however long the first sync takes, as kube-proxy.
+    assert health.healthz().status == 200
+    health.updated()
+    health.queued_update()
+    clock.now += 59
+    # A later queue does not reset the oldest one.
+    health.queued_update()
+    assert health.livez().status == 200
+    clock.now += 2
+    assert health.livez().status == 503 and health.healthz().status == 503
+    # Unhealthy, the body says when the last sync was.
+    assert json.loads(health.livez().body) == {
+        "lastUpdated": "1970-01-01 00:26:40.000000000 +0000 UTC",
+        "currentTime": "1970-01-01 00:27:41.000000000 +0000 UTC",
+    }
+    health.updated()
+    assert health.livez().status == 200
+    # Healthy, lastUpdated is now, as kube-proxy keeps it for older clients.
+    body = json.loads(health.healthz().body)
+    assert body["lastUpdated"] == body["currentTime"] == "1970-01-01 00:27:41.000000000 +0000 UTC"
+
+
+@pytest.mark.parametrize(
+    ("node", "eligible"),
+    [
+        (None, True),
+        (Node("n"), True),
+        (Node("n", taints=("node.kubernetes.io/unschedulable",)), True),
+        (Node("n", taints=("ToBeDeletedByClusterAutoscaler",)), False),
+        (Node("n", deleting=True), False),
+    ],
+)
+def test_node_eligibility(node: Node | None, eligible: bool) -> None:
+    assert node_eligible(node) is eligible
+    health = ProxierHealth(timeout=60.0)
+    health.set_node(node)
+    assert (health.healthz().status == 200) is eligible
+    assert health.livez().status == 200
+
+
+# -- change tracking ---------------------------------------------------------------------------
+
+
+def test_changes_name_the_services_of_changed_services_and_slices() -> None:
+    objects = cluster(5)
+    before = snapshot(objects)
+    assert diff(before, snapshot(objects)).any is False
+    assert diff(EMPTY_SNAPSHOT, before).services == {
+        ObjectKey("default", f"svc-{i}") for i in range(5)
+    }
+    changed = [o for o in objects if o["metadata"]["name"] != "svc-4"]  # type: ignore[index]
+    changed += [service(9)]
+    changed = [o for o in changed if o["metadata"]["name"] != "svc-1-abcde"]  # type: ignore[index]
+    changed += [endpoint_slice(1, endpoints=1)]
+    found = diff(before, snapshot(changed))
+    assert found.services == {ObjectKey("default", n) for n in ("svc-1", "svc-4", "svc-9")}
+    assert (found.service_objects, found.endpoint_slice_objects, found.node) == (2, 1, False)
+    assert before.node is not None
+    moved = replace(before, node=replace(before.node, addresses=("10.0.0.1",)))
+    assert diff(before, moved).node and diff(before, moved).any
+
+
+# -- logs, labels, addresses -------------------------------------------------------------------
+
+
+def _record(**extra: object) -> logging.LogRecord:
+    record = logging.makeLogRecord({"msg": "synced %s", "args": ("now",), "levelname": "INFO"})
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_logs_are_one_object_per_line_with_the_events_fields() -> None:
+    line = JsonFormatter().format(_record(mode="full", writes=3))
+    entry = json.loads(line)
+    assert "\n" not in line
+    assert entry["msg"] == "synced now" and entry["level"] == "info"
+    assert (entry["mode"], entry["writes"]) == ("full", 3) and entry["ts"].endswith("Z")
+
+
+def test_text_logs_put_the_fields_after_the_message() -> None:
+    line = TextFormatter().format(_record(mode="full"))
+    assert line.endswith(' info synced now mode="full"')
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.0.0.0:10256", ("0.0.0.0", 10256)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("[::1]:10249", ("::1", 10249)),
+        (":10249", ("0.0.0.0", 10249)),
+    ],
+)
+def test_bind_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_bind_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["10256", "localhost:1", "1.2.3.4:99999", "1.2.3.4:x"])
+def test_bad_bind_addresses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_bind_address(text)
+
+
+# -- file source -------------------------------------------------------------------------------
+
+
+def test_the_file_source_follows_the_folder_and_keeps_the_last_good_reading(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump_all(cluster(2)))
+    changes = threading.Semaphore(0)
+    source = FileSource(tmp_path, NODE, on_change=changes.release, poll_interval=0.02)
+    source.start()
+    try:
+        assert source.wait_for_sync(10)
+        assert len(source.snapshot()[0].services) == 2
+        (tmp_path / "b.yaml").write_text(yaml.safe_dump_all([service(7), endpoint_slice(7)]))
+        assert changes.acquire(timeout=10) and changes.acquire(timeout=10)
+        assert len(source.snapshot()[0].services) == 3
+        (tmp_path / "b.yaml").write_text("kind: [unclosed")
+        deadline = time.monotonic() + 10
+        while "keeping the last good reading" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "keeping the last good reading" in caplog.text
+        assert len(source.snapshot()[0].services) == 3
+    finally:
+        source.stop()
+
+
+def test_the_file_source_is_not_synced_until_it_reads_once(tmp_path: Path) -> None:
+    broken = tmp_path / "a.yaml"
+    broken.write_text("kind: [unclosed")
+    source = FileSource(broken, NODE, on_change=lambda: None, poll_interval=0.02)
+    source.start()
+    try:
+        assert not source.wait_for_sync(0.2)
+        broken.write_text(yaml.safe_dump_all(cluster(1)))
+        assert source.wait_for_sync(10)
+    finally:
+        source.stop()
+
+
+def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
+    delays = list(itertools.islice(Backoff(0.8, 30.0).delays(), 10))
+    floors = [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 30.0, 30.0]
+    assert all(floor <= delay <= 2 * floor for delay, floor in zip(delays, floors, strict=True))
+    assert list(itertools.islice(Backoff(0.8, 30.0, jitter=0).delays(), 3)) == [0.8, 1.6, 3.2]

@@ -1,0 +1,193 @@
+"""The daemon's syncs against the fake kernel: full on start, incremental per changed service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from ipaddress import ip_address
+
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.daemon.syncer import Syncer, SyncMode
+from ipvsproxy.model import (
+    AddRealServer,
+    ClusterSnapshot,
+    DeleteRealServer,
+    DeleteVirtualServer,
+    ObjectKey,
+    RealServer,
+    RealServerKey,
+    TransportProtocol,
+    UpdateRealServer,
+    VirtualServerKey,
+)
+from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.translate import Settings
+from tests.daemon_kit import NODE, RecordingKernel, cluster, endpoint_slice, service
+
+SERVICES = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def snapshot(objects: list[dict[str, object]]) -> ClusterSnapshot:
+    found, _ = snapshot_from_objects(objects, NODE)
+    return found
+
+
+def replaced(objects: list[dict[str, object]], *new: dict[str, object]) -> list[dict[str, object]]:
+    def identity(obj: dict[str, object]) -> tuple[object, object]:
+        meta = obj["metadata"]
+        assert isinstance(meta, dict)
+        return obj["kind"], meta["name"]
+
+    names = {identity(obj) for obj in new}
+    return [obj for obj in objects if identity(obj) not in names] + list(new)
+
+
+def make(clock: Clock) -> tuple[RecordingKernel, Syncer]:
+    fake = RecordingKernel()
+    kernel = fake.kernel()
+    syncer = Syncer(
+        kernel,
+        Settings(),
+        sync_period=30.0,
+        reconciler=Reconciler(kernel, clock=clock),
+        clock=clock,
+    )
+    return fake, syncer
+
+
+def test_one_changed_slice_among_a_thousand_services_writes_only_its_own_ops() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(SERVICES)
+    first = syncer.sync(snapshot(objects), [])
+    assert first.mode is SyncMode.FULL and first.result.ok
+    assert len(fake.recording.fake.dump()) == SERVICES
+    fake.take_ops()
+    dumps = fake.recording.dumps
+
+    changed = replaced(objects, endpoint_slice(7, endpoints=2, first=1))
+    clock.now = 5.0
+    second = syncer.sync(snapshot(changed), [])
+
+    assert second.mode is SyncMode.INCREMENTAL and second.result.ok
+    assert second.changes.services == {ObjectKey("default", "svc-7")}
+    vip = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
+    old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
+    # One endpoint replaced: the new one added, the old one drained (weight 0), nothing else.
+    assert fake.take_ops() == [
+        AddRealServer(vip, RealServer(new)),
+        UpdateRealServer(vip, RealServer(old, weight=0)),
+    ]
+    # Nothing was read from the kernel for it.
+    assert fake.recording.dumps == dumps
+    # The drain check reads the kernel, finds the old endpoint idle and deletes it.
+    clock.now = 6.0
+    syncer.drain_check_wanted = True
+    third = syncer.sync(snapshot(changed), [])
+    assert third.mode is SyncMode.INCREMENTAL
+    assert fake.take_ops() == [DeleteRealServer(vip, old)]
+    # And the kernel is what a full sync wants: it finds nothing to do.
+    clock.now = 40.0
+    fourth = syncer.sync(snapshot(changed), [])
+    assert fourth.mode is SyncMode.FULL and fourth.result.writes == 0
+
+
+def test_a_removed_service_goes_and_an_added_one_comes_incrementally() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(20)
+    syncer.sync(snapshot(objects), [])
+    fake.take_ops()
+    changed = [o for o in objects if o["metadata"]["name"] not in ("svc-3", "svc-3-abcde")]  # type: ignore[index]
+    changed += [service(50), endpoint_slice(50)]
+    clock.now = 1.0
+    report = syncer.sync(snapshot(changed), [])
+    assert report.mode is SyncMode.INCREMENTAL and report.result.ok
+    table = fake.recording.fake.dump()
+    addresses = {str(key.address) for key in table}
+    assert "10.96.0.4" not in addresses and "10.96.0.51" in addresses
+    assert "10.96.0.4" not in {str(a) for a in fake.addresses.addresses("kube-ipvs0")}
+    clock.now = 31.0
+    assert syncer.sync(snapshot(changed), []).result.writes == 0
+
+
+def test_drift_outside_the_changed_services_waits_for_the_full_sync() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(5)
+    syncer.sync(snapshot(objects), [])
+    victim = next(iter(fake.recording.fake.dump()))
+    fake.recording.fake.apply([DeleteVirtualServer(victim)])
+    clock.now = 1.0
+    changed = replaced(objects, endpoint_slice(0, endpoints=3))
+    assert syncer.sync(snapshot(changed), []).mode is SyncMode.INCREMENTAL
+    clock.now = 30.0
+    full = syncer.sync(snapshot(changed), [])
+    assert full.mode is SyncMode.FULL
+    assert full.result.drift.get("virtual_server") == 1
+    assert victim in fake.recording.fake.dump()
+
+
+def test_a_failed_op_makes_the_next_sync_full() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(3)
+    syncer.sync(snapshot(objects), [])
+    # Someone deletes a virtual server the incremental sync believes in, then its slice changes.
+    key = next(k for k in fake.recording.fake.dump() if str(k.address) == "10.96.0.1")
+    fake.recording.fake.apply([DeleteVirtualServer(key)])
+    clock.now = 1.0
+    changed = replaced(objects, endpoint_slice(0, endpoints=3))
+    report = syncer.sync(snapshot(changed), [])
+    assert report.mode is SyncMode.INCREMENTAL and not report.result.ok
+    clock.now = 2.0
+    repair = syncer.sync(snapshot(changed), [])
+    assert repair.mode is SyncMode.FULL and repair.result.ok
+    assert len(fake.recording.fake.dump()[key].real_servers) == 3
+
+
+def test_a_drained_real_server_is_deleted_by_the_drain_check_once_idle() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(2)
+    syncer.sync(snapshot(objects), [])
+    key = next(k for k in fake.recording.fake.dump() if str(k.address) == "10.96.0.1")
+    gone = next(iter(sorted(fake.recording.fake.dump()[key].real_servers, key=str)))
+    fake.recording.fake.set_connections(key, gone, active=2)
+    fake.take_ops()
+    clock.now = 1.0
+    changed = replaced(objects, endpoint_slice(0, endpoints=1, first=1))
+    report = syncer.sync(snapshot(changed), [])
+    assert report.mode is SyncMode.INCREMENTAL
+    assert [type(op) for op in fake.take_ops()] == [UpdateRealServer]
+    assert syncer.reconciler.drains
+    # Still busy: nothing to do.
+    clock.now = 2.0
+    syncer.drain_check_wanted = True
+    assert syncer.sync(snapshot(changed), []).result.writes == 0
+    fake.recording.fake.set_connections(key, gone, active=0)
+    clock.now = 3.0
+    syncer.drain_check_wanted = True
+    report = syncer.sync(snapshot(changed), [])
+    assert report.mode is SyncMode.INCREMENTAL
+    assert fake.take_ops() == [DeleteRealServer(key, gone)]
+    assert not syncer.reconciler.drains
+
+
+def test_a_node_change_is_a_full_sync() -> None:
+    clock = Clock()
+    _, syncer = make(clock)
+    objects = cluster(2)
+    syncer.sync(snapshot(objects), [])
+    before = snapshot(objects)
+    assert before.node is not None
+    after = replace(before, node=replace(before.node, labels={"topology.kubernetes.io/zone": "b"}))
+    clock.now = 1.0
+    assert syncer.sync(after, []).mode is SyncMode.FULL
