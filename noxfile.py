@@ -1,4 +1,4 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests and kernel; e2e, bench, image on request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench, image on request."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "kernel"]
+nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
@@ -61,9 +61,7 @@ def kernel(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """The daemon against a fake API server, inside the lab."""
-    if not Path("tests/e2e").exists():
-        session.error("tests/e2e does not exist yet: the end-to-end scenarios come with the daemon")
+    """The daemon against a fake API server, pods and real traffic, inside the lab."""
     _install(session, "test")
     session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs)
 

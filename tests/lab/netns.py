@@ -110,6 +110,30 @@ class _DualStackUDP(_DualStack, socketserver.ThreadingUDPServer):
     pass
 
 
+def serve_names(
+    name: str, port: int, namespace: str | None = None
+) -> list[socketserver.BaseServer]:
+    """TCP and UDP servers on ``port`` of ``namespace`` (None: the node) answering ``name``."""
+    servers: list[socketserver.BaseServer] = []
+    with inside(namespace):
+        made: tuple[_DualStack, ...] = (
+            _DualStackTCP(("::", port), _NameReplyTCP),
+            _DualStackUDP(("::", port), _NameReplyUDP),
+        )
+        for server in made:
+            server.pod_name = name
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+    return servers
+
+
+def stop_servers(servers: list[socketserver.BaseServer]) -> None:
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    servers.clear()
+
+
 @dataclass
 class Pod:
     name: str
@@ -121,20 +145,10 @@ class Pod:
 
     def serve(self, port: int = 8080) -> None:
         """Start TCP and UDP servers on ``port`` (both families) that answer with the pod's name."""
-        with inside(self.namespace):
-            for server in (
-                _DualStackTCP(("::", port), _NameReplyTCP),
-                _DualStackUDP(("::", port), _NameReplyUDP),
-            ):
-                server.pod_name = self.name
-                threading.Thread(target=server.serve_forever, daemon=True).start()
-                self.servers.append(server)
+        self.servers += serve_names(self.name, port, self.namespace)
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
-        self.servers.clear()
+        stop_servers(self.servers)
 
 
 class Node:
@@ -144,6 +158,8 @@ class Node:
         self.ipv4 = NODE_IPV4
         self.ipv6 = NODE_IPV6
         self.pods: list[Pod] = []
+        # Never reused, so a pod made after another was removed gets fresh names and addresses.
+        self._next_index = 2
 
     def set_up(self) -> None:
         ip_batch(
@@ -159,7 +175,8 @@ class Node:
 
     def add_pod(self, name: str, ipv4: ipaddress.IPv4Address | None = None) -> Pod:
         """A pod at the next free address, or at ``ipv4`` (to recreate a manifest's endpoints)."""
-        index = len(self.pods) + 2
+        index = self._next_index
+        self._next_index += 1
         pod = Pod(
             name=name,
             namespace=f"pod-{name}",
@@ -195,6 +212,11 @@ class Node:
         self.pods.append(pod)
         return pod
 
+    def remove_pod(self, pod: Pod) -> None:
+        pod.stop()
+        ip_batch([f"link del {pod.host_veth}", f"netns del {pod.namespace}"])
+        self.pods.remove(pod)
+
     def tear_down(self) -> None:
         for pod in self.pods:
             pod.stop()
@@ -203,7 +225,7 @@ class Node:
         self.pods.clear()
 
 
-def _family(address: str) -> socket.AddressFamily:
+def family_of(address: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
 
 
@@ -216,7 +238,7 @@ class Client:
 
     def connect(self, address: str, port: int) -> socket.socket:
         with inside(self.namespace):
-            sock = socket.socket(_family(address), socket.SOCK_STREAM)
+            sock = socket.socket(family_of(address), socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         sock.connect((address, port))
         return sock
@@ -233,7 +255,7 @@ class Client:
         names: Counter[str] = Counter()
         for _ in range(count):
             with inside(self.namespace):
-                sock = socket.socket(_family(address), socket.SOCK_DGRAM)
+                sock = socket.socket(family_of(address), socket.SOCK_DGRAM)
             with sock:
                 sock.settimeout(self.timeout)
                 sock.sendto(b"who\n", (address, port))

@@ -1,0 +1,170 @@
+"""``ipvsproxy run`` as a separate process: started, probed over HTTP, stopped, its log kept.
+
+Every wait is bounded. A daemon that exits early, never answers /healthz, or does not exit on
+SIGTERM fails the test with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.lab.netns import Client
+from tests.lab.traffic import APPLY_TIMEOUT, HttpReply, http_get, wait_until
+
+# Python imports the whole CLI across hostfs inside the lab: seconds, not milliseconds.
+START_TIMEOUT = 120.0
+STOP_TIMEOUT = 30.0
+LAST_SYNC = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+LOG_TAIL_LINES = 40
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Metrics:
+    """One scrape of /metrics."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples = [
+            sample for family in text_string_to_metric_families(text) for sample in family.samples
+        ]
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sum of the samples called ``name`` whose labels include ``labels`` (0 if none)."""
+        return sum(
+            sample.value
+            for sample in self.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
+
+
+class Daemon:
+    """One ``ipvsproxy run`` at a time, pointed at a kubeconfig, as node ``node-a``."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, *flags: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.flags = flags
+        self.healthz_port = 0
+        self.metrics_port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._local = Client(None, timeout=5.0)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self._process is not None, "the daemon was never started"
+        return self._process
+
+    def start(self, timeout: float = START_TIMEOUT) -> Daemon:
+        """Start and wait until /healthz answers 200 and a first sync is done."""
+        self.healthz_port, self.metrics_port = free_port(), free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "ipvsproxy",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--hostname-override",
+            "node-a",
+            "--healthz-bind-address",
+            f"127.0.0.1:{self.healthz_port}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.metrics_port}",
+            *self.flags,
+        ]
+        with self.log_path.open("ab") as log:
+            log.write(f"=== {' '.join(command)}\n".encode())
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        wait_until(self._ready, timeout, "the daemon answers /healthz 200 after a first sync")
+        return self
+
+    def wait_synced_since(self, moment: float, timeout: float = APPLY_TIMEOUT) -> None:
+        """Wait for a whole sync that began after ``moment`` (a ``time.time()``): the first to
+        end after it may have begun before, the one that ends after that one cannot have.
+        With nothing to change, that is up to one ``--ipvs-sync-period``."""
+        self._sync_ending_after(self._sync_ending_after(moment, timeout), timeout)
+
+    def _sync_ending_after(self, moment: float, timeout: float) -> float:
+        def ended() -> float:
+            last = self.metrics().value(LAST_SYNC)
+            return last if last > moment else 0.0
+
+        return wait_until(ended, timeout, f"a sync ends after {moment:.1f}")
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(
+                f"the daemon exited with status {self.process.returncode}:\n{self.log_tail()}"
+            )
+        try:
+            return self.healthz().status == 200 and self.metrics().value(LAST_SYNC) > 0
+        except (OSError, ValueError):
+            return False
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def healthz(self, path: str = "/healthz") -> HttpReply:
+        return http_get(self._local, "127.0.0.1", self.healthz_port, path)
+
+    def metrics(self) -> Metrics:
+        reply = http_get(self._local, "127.0.0.1", self.metrics_port, "/metrics")
+        if reply.status != 200:
+            raise ValueError(f"/metrics answered {reply.status}")
+        return Metrics(reply.body)
+
+    def wait_for_metric(
+        self, name: str, above: float, timeout: float = 30.0, **labels: str
+    ) -> float:
+        """Wait until the metric's value exceeds ``above``; returns the value."""
+        return (
+            wait_until(
+                lambda: max(self.metrics().value(name, **labels) - above, 0),
+                timeout,
+                f"{name}{labels or ''} above {above}",
+            )
+            + above
+        )
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Send ``sig`` and return the exit status (the daemon is killed if it does not exit)."""
+        process = self.process
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise AssertionError(
+                    f"the daemon did not exit within {STOP_TIMEOUT:g} s of {sig.name}:\n"
+                    f"{self.log_tail()}"
+                ) from None
+        return process.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log().splitlines()[-LOG_TAIL_LINES:])
+
+
+def stop_and_check(daemon: Daemon) -> None:
+    """SIGTERM must end the daemon with status 0."""
+    status = daemon.stop(signal.SIGTERM)
+    assert status == 0, f"the daemon exited with {status} on SIGTERM:\n{daemon.log_tail()}"
