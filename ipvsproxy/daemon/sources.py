@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -46,11 +48,18 @@ class ApiSource:
         return self._informer.snapshot()
 
 
-Signature = tuple[tuple[str, int, int], ...]
+# A file written twice within the file system's timestamp granularity keeps its mtime, and
+# a rewrite of the same length its size too; such "racily clean" files (git's term) are told
+# apart by their content, which is read only while their mtime is this recent.
+RACY_WINDOW_NS = 2_000_000_000
+
+Signature = tuple[tuple[str, int, int, int, bytes], ...]
 
 
-def _signature(path: Path) -> Signature:
-    """What changes when a manifest is written, added or removed: names, mtimes and sizes."""
+def signature_of(path: Path, now_ns: int | None = None) -> Signature:
+    """What changes when a manifest is written, added or removed: names, inodes, mtimes and
+    sizes, and the content digest of files modified too recently for their mtime to tell."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
     files = (
         sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
         if path.is_dir()
@@ -60,9 +69,11 @@ def _signature(path: Path) -> Signature:
     for file in files:
         try:
             stat = file.stat()
+            racy = now_ns - stat.st_mtime_ns < RACY_WINDOW_NS
+            digest = hashlib.blake2b(file.read_bytes()).digest() if racy else b""
         except OSError:
             continue
-        found.append((str(file), stat.st_mtime_ns, stat.st_size))
+        found.append((str(file), stat.st_ino, stat.st_mtime_ns, stat.st_size, digest))
     return tuple(found)
 
 
@@ -110,7 +121,7 @@ class FileSource:
     def _poll(self) -> None:
         seen: Signature | None = None
         while not self._stop.is_set():
-            signature = _signature(self._path)
+            signature = signature_of(self._path)
             if signature != seen:
                 seen = signature
                 self._load()

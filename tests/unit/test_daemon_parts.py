@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -20,7 +21,7 @@ from ipvsproxy.daemon.health import ProxierHealth, node_eligible
 from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
-from ipvsproxy.daemon.sources import FileSource
+from ipvsproxy.daemon.sources import RACY_WINDOW_NS, FileSource, signature_of
 from ipvsproxy.model import ClusterSnapshot, Node, ObjectKey
 from tests.daemon_kit import NODE, cluster, endpoint_slice, service
 
@@ -259,6 +260,26 @@ def test_the_file_source_is_not_synced_until_it_reads_once(tmp_path: Path) -> No
         assert source.wait_for_sync(10)
     finally:
         source.stop()
+
+
+def test_a_same_size_rewrite_within_one_timestamp_tick_changes_thesignature_of(
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "a.json"
+    manifest.write_text('{"port": 80}')
+    stat = manifest.stat()
+    before = signature_of(tmp_path, now_ns=stat.st_mtime_ns)
+    manifest.write_text('{"port": 81}')
+    os.utime(manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert manifest.stat().st_size == stat.st_size
+    assert signature_of(tmp_path, now_ns=stat.st_mtime_ns) != before
+
+
+def test_an_old_file_is_not_read_to_tell_whether_it_changed(tmp_path: Path) -> None:
+    manifest = tmp_path / "a.json"
+    manifest.write_text('{"port": 80}')
+    later = manifest.stat().st_mtime_ns + RACY_WINDOW_NS
+    assert signature_of(tmp_path, now_ns=later)[0][4] == b""
 
 
 def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
