@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.cluster import NODE_NAME, as_list, cluster_objects
 from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.gcpause import decode_json
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
@@ -23,7 +24,7 @@ def measure(services: int) -> dict[str, Any]:
     text = json.dumps(as_list(cluster_objects(services)))
     reconciler = Reconciler(FakeKernel().kernel())
     start = time.process_time()
-    objects = json.loads(text)["items"]
+    objects = decode_json(text)["items"]
     decoded = time.process_time()
     snapshot, _ = snapshot_from_objects(objects, NODE_NAME)
     parsed = time.process_time()

@@ -9,9 +9,10 @@ was half the CPU time of parse + translate. Reference counting still frees every
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,3 +32,10 @@ def without_cyclic_gc(function: Callable[P, R]) -> Callable[P, R]:
                 gc.enable()
 
     return paused
+
+
+@without_cyclic_gc
+def decode_json(document: str | bytes) -> Any:
+    """json.loads for a whole-cluster document: decoding 10,000 services' JSON makes over a
+    million dicts, lists and strings, and the collections those trigger tripled its CPU time."""
+    return json.loads(document)

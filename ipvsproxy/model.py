@@ -299,7 +299,9 @@ class RealServerKey:
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.address, self.port)))
+        # int(address) rather than the address: ipaddress hashes through hex(). Equal keys
+        # still hash equal; an IPv4 and an IPv6 address of the same value merely collide.
+        object.__setattr__(self, "_hash", hash((int(self.address), self.port)))
 
     def __hash__(self) -> int:
         return self._hash  # hashed once, as VirtualServerKey

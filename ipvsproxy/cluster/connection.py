@@ -23,6 +23,8 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from ipvsproxy.gcpause import decode_json
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
 # 429 and the 5xx a restarting or overloaded API server sends; client-go retries these.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -257,7 +259,7 @@ def request_json(
             time.sleep(api.retry.delay(attempt, error.retry_after))
             attempt += 1
     try:
-        return json.loads(data)
+        return decode_json(data)
     except ValueError as error:
         raise ApiError(f"{action}: the API server at {api.host} sent invalid JSON") from error
 

@@ -351,6 +351,16 @@ _CONDITIONS: dict[tuple[bool, bool, bool], EndpointConditions] = {
 
 
 def _conditions(raw: Any) -> EndpointConditions:
+    if type(raw) is dict:
+        # What the API sends: all three set, true booleans (type, not isinstance, so that
+        # 0 and 1 still take the checked path below and are refused there).
+        ready, serving, terminating = (
+            raw.get("ready"),
+            raw.get("serving"),
+            raw.get("terminating"),
+        )
+        if type(ready) is bool and type(serving) is bool and type(terminating) is bool:
+            return _CONDITIONS[ready, serving, terminating]
     conditions = _mapping(raw, "conditions")
     ready = _bool(conditions.get("ready"), "conditions.ready")
     serving = _bool(conditions.get("serving"), "conditions.serving")
@@ -368,7 +378,7 @@ def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _check_endpoint_address(text: str, version: int | None, what: str) -> None:
+def _check_endpoint_address(text: str, version: int | None, index: int) -> None:
     """kube-proxy programs an endpoint's first address: it must be usable, of the slice's type."""
     if version is None:  # FQDN slices: left to translate, which handles none
         return
@@ -382,8 +392,11 @@ def _check_endpoint_address(text: str, version: int | None, what: str) -> None:
         else:
             reason = ipv4_unusable_reason(value)
             if reason is not None:
-                raise ParseError(f"{what} address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS)
+                raise ParseError(
+                    f"endpoints[{index}] address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS
+                )
             return
+    what = f"endpoints[{index}]"
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -396,12 +409,16 @@ def _check_endpoint_address(text: str, version: int | None, what: str) -> None:
 
 
 def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
-    what = f"endpoints[{index}]"
-    entry = _mapping(raw, what)
-    addresses = _str_tuple(entry.get("addresses"), what + ".addresses")
+    # The field path names only errors: built on the way to one, not for every endpoint.
+    entry = raw if type(raw) is dict else _mapping(raw, f"endpoints[{index}]")
+    raw_addresses = entry.get("addresses")
+    if type(raw_addresses) is list and all(type(text) is str for text in raw_addresses):
+        addresses = tuple(raw_addresses)
+    else:
+        addresses = _str_tuple(raw_addresses, f"endpoints[{index}].addresses")
     if not addresses:
-        raise ParseError(f"{what} has no addresses")
-    _check_endpoint_address(addresses[0], version, what)
+        raise ParseError(f"endpoints[{index}] has no addresses")
+    _check_endpoint_address(addresses[0], version, index)
     hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,

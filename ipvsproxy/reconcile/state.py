@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
 from ipvsproxy.reconcile import parameters
@@ -28,6 +29,7 @@ class KernelState:
 EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeouts())
 
 
+@without_cyclic_gc
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
     return KernelState(
         ipvs=kernel.ipvs.dump(),

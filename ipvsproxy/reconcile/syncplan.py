@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     BindAddress,
@@ -67,6 +68,7 @@ class SyncPlan:
         return Counter(type(op).__name__ for op in self.operations())
 
 
+@without_cyclic_gc
 def plan_sync(
     desired: DesiredState,
     actual: KernelState,
