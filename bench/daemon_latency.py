@@ -1,12 +1,13 @@
 """The daemon's figures: one-change latency against cluster size, and its peak RSS.
 
-Written against the ``ipvsproxy run`` interface (/work/run-spec.md): the daemon reads a folder
-of manifests with ``--source DIR`` and reloads it when a file changes. The cluster lives in
-one file; each change rewrites a second, small file, and the latency is the time from that
-write (the change reaching ipvsproxy) to the kernel holding it, seen by asking IPVS for that
-one virtual server (O(1), so the probe does not grow with the cluster). Three kinds of change,
-``changes`` of each: a Service added, one endpoint of its EndpointSlice replaced, the Service
-deleted, each with the rest of the cluster in place.
+The daemon runs as the DaemonSet runs it, ``ipvsproxy run --kubeconfig``, watching the api
+tier's fake API server, which serves from a thread of this process on loopback inside the lab.
+The cluster is applied before the daemon starts; each change is one write (or two: a Service
+with its EndpointSlice) to that server, and the latency is the time from the first write to the
+kernel holding the change, seen by asking IPVS for that one virtual server (O(1), so the probe
+does not grow with the cluster). Three kinds of change, ``changes`` of each: a Service added,
+one endpoint of its EndpointSlice replaced, the Service deleted, each with the rest of the
+cluster in place.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import errno
 import functools
 import ipaddress
 import json
-import os
 import shutil
 import signal
 import statistics
@@ -33,7 +33,6 @@ from pyroute2.netlink.generic import ipvs as genl_ipvs
 from bench.cluster import (
     ENDPOINTS_PER_SERVICE,
     NODE_NAME,
-    as_list,
     cluster_ip,
     endpoint_slice_object,
     pod_ip,
@@ -49,6 +48,7 @@ from ipvsproxy.kernel.ipvs import (
 )
 from ipvsproxy.kernel.netlink import NLM_F_DUMP
 from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
+from tests.lab.apiserver import LabApiServer
 
 CHANGE_KINDS = ("service_added", "endpoint_changed", "service_deleted")
 # Longest wait for one change before it counts as lost.
@@ -102,18 +102,6 @@ class Probe(NetlinkIPVS):
         return weights
 
 
-def _write(path: Path, objects: list[dict[str, Any]], padding: int = 0) -> None:
-    """Replace the file whole, so the daemon never reads half of it.
-
-    ``padding`` spaces make the size differ from the last write: the file source notices a
-    change by modification time and size, and hostfs in the lab keeps coarse times, so a
-    same-size rewrite within the same tick (an endpoint's address for another) went unseen.
-    """
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(as_list(objects)) + " " * padding)
-    os.replace(partial, path)
-
-
 def _wait(condition: Callable[[], bool], timeout: float) -> float | None:
     start = time.perf_counter()
     while not condition():
@@ -146,22 +134,20 @@ def _peak_rss_mb(pid: int) -> float:
 class _Churn:
     """Adds, changes and deletes one extra service at a time; times each until the kernel has it."""
 
-    def __init__(self, path: Path, probe: Probe, services: int, changes: int) -> None:
-        self._path, self._probe = path, probe
+    def __init__(self, api: LabApiServer, probe: Probe, services: int, changes: int) -> None:
+        self._api, self._probe = api, probe
         self._services, self._changes = services, changes
         self.latencies: dict[str, list[float]] = {kind: [] for kind in CHANGE_KINDS}
         self.lost = 0
-        self._writes = 0
 
-    def _timed(self, kind: str, objects: list[dict[str, Any]], done: Callable[[], bool]) -> None:
+    def _timed(self, kind: str, write: Callable[[], None], done: Callable[[], bool]) -> None:
         time.sleep(0.05)  # apart from the previous change, not timed
-        self._writes += 1
-        _write(self._path, objects, padding=1000 * (self._writes % 2))
-        latency = _wait(done, CHANGE_TIMEOUT)
-        if latency is None:
+        start = time.perf_counter()
+        write()
+        if _wait(done, CHANGE_TIMEOUT) is None:
             self.lost += 1
         else:
-            self.latencies[kind].append(latency)
+            self.latencies[kind].append(time.perf_counter() - start)
 
     def round(self, number: int) -> None:
         index = self._services + number
@@ -170,15 +156,23 @@ class _Churn:
         service = service_object(index, name, node_port=False)
         slice_ = endpoint_slice_object(index, name)
         first = _address(slice_["endpoints"][0]["addresses"][0])
-        self._timed("service_added", [service, slice_], lambda: self._ready(key, first))
+        self._timed(
+            "service_added",
+            lambda: self._api.apply(service, slice_),
+            lambda: self._ready(key, first),
+        )
         moved = pod_ip((self._services + self._changes + number) * ENDPOINTS_PER_SERVICE)
         slice_["endpoints"][0]["addresses"] = [moved]
         self._timed(
             "endpoint_changed",
-            [service, slice_],
+            lambda: self._api.apply(slice_),
             lambda: self._moved(key, first, _address(moved)),
         )
-        self._timed("service_deleted", [], lambda: self._probe.weights(key) is None)
+        self._timed(
+            "service_deleted",
+            lambda: self._api.delete(service, slice_),
+            lambda: self._probe.weights(key) is None,
+        )
 
     def _ready(self, key: VirtualServerKey, address: IPAddress) -> bool:
         weights = self._probe.weights(key)
@@ -196,11 +190,26 @@ def _address(text: str) -> IPAddress:
 def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
     services = int(manifest.stem.rsplit("-", 1)[-1])
     folder = Path(tempfile.mkdtemp(prefix="ipvsproxy-bench-"))
-    shutil.copyfile(manifest, folder / "cluster.json")
-    churn_file = folder / "churn.json"
-    _write(churn_file, [])
+    api = LabApiServer(folder).start()
+    try:
+        api.apply(*json.loads(manifest.read_text())["items"])
+        return _measure_watching(api, services, changes)
+    finally:
+        api.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure_watching(api: LabApiServer, services: int, changes: int) -> dict[str, Any]:
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "ipvsproxy", "run", "--source", str(folder), *DAEMON_FLAGS],
+        [
+            sys.executable,
+            "-m",
+            "ipvsproxy",
+            "run",
+            "--kubeconfig",
+            str(api.kubeconfig),
+            *DAEMON_FLAGS,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -210,7 +219,7 @@ def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
             first_sync = _wait(lambda: probe.weights(last) is not None, STARTUP_TIMEOUT)
             if first_sync is None or daemon.poll() is not None:
                 raise RuntimeError("ipvsproxy run did not program the cluster")
-            churn = _Churn(churn_file, probe, services, changes)
+            churn = _Churn(api, probe, services, changes)
             for number in range(changes):
                 churn.round(number)
         everything = [value for values in churn.latencies.values() for value in values]
@@ -231,4 +240,3 @@ def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
-        shutil.rmtree(folder, ignore_errors=True)

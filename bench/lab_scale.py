@@ -9,7 +9,8 @@ steps:
 * ``ipvsproxy sync --once --source MANIFEST`` twice, as processes (start included): a first sync
   into an empty kernel, then a resync that must write nothing;
 * the reconciler in this process: a first sync and a resync (wall, CPU and writes);
-* the daemon, when ``ipvsproxy run`` exists: one-change latencies and its peak RSS.
+* the daemon, when ``ipvsproxy run`` exists, watching a fake API server: one-change latencies
+  and its peak RSS.
 
 Absolute times in UML are slow and noisy; the ratios to the tools are what the report quotes.
 Writes one JSON object to ``--out``.

@@ -133,9 +133,9 @@ def build_report(
     ]
     if any(figures[size].get("latency_changes") for size in sizes):
         notes.append(
-            "latency: ipvsproxy run --source DIR; from a manifest file's write to IPVS holding the "
-            "change (the file source polls every 0.5 s and reads the whole folder again); "
-            "latency_changes says over how many changes"
+            "latency: ipvsproxy run --kubeconfig, watching a fake API server in the lab; from the "
+            "API write to IPVS holding the change (asked for that one virtual server); "
+            "latency_changes and latency_lost_changes say over how many changes"
         )
     if any(lab["sizes"][size].get("daemon") == "not available" for size in lab["sizes"]):
         notes.append(f"latency_p50_ms, latency_p99_ms, peak_rss_mb: {DAEMON_MISSING}")
