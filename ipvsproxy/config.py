@@ -338,16 +338,26 @@ def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
     )
 
 
-def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
-    """Whole seconds, as kube-proxy hands them to the kernel; negative ones are refused."""
+def _durations(
+    values: Mapping[str, Any], origin: Mapping[str, str], paths: tuple[str, ...]
+) -> dict[str, float]:
+    """The duration fields at ``paths`` in seconds; a non-duration or negative one is refused."""
     seconds = {}
-    for path in ("ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout"):
+    for path in paths:
         try:
             seconds[path] = parse_duration(values[path])
         except ValueError:
             raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
         if seconds[path] < 0:
             raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    return seconds
+
+
+def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
+    """Whole seconds, as kube-proxy hands them to the kernel; negative ones are refused."""
+    seconds = _durations(
+        values, origin, ("ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout")
+    )
     return IPVSTimeouts(
         tcp=int(seconds["ipvs.tcpTimeout"]),
         tcp_fin=int(seconds["ipvs.tcpFinTimeout"]),
@@ -371,14 +381,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     if scheduler not in SCHEDULERS:
         known = ", ".join(sorted(SCHEDULERS))
         raise ConfigError(f"{origin['ipvs.scheduler']} {scheduler!r} is not one of {known}")
-    periods = {}
-    for path in ("ipvs.syncPeriod", "ipvs.minSyncPeriod"):
-        try:
-            periods[path] = parse_duration(values[path])
-        except ValueError:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
-        if periods[path] < 0:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
+    periods = _durations(values, origin, ("ipvs.syncPeriod", "ipvs.minSyncPeriod"))
     # As kube-proxy's defaulting: a zero sync period means the default; a zero minimum stays.
     periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
         DEFAULTS["ipvs.syncPeriod"]
