@@ -121,6 +121,17 @@ class _ContinueExpired(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list, its items as API JSON with ``kind`` filled in."""
+
+    items: list[dict[str, Any]]
+    # The list's resourceVersion (the last page's is the one to watch from).
+    resource_version: str
+    # The first page of the list fetched again whole: the pages before it are void.
+    restart: bool = False
+
+
 def _page_items(body: Any, resource: Resource) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
     if not isinstance(body, dict) or not isinstance(body.get("items") or [], list):
         raise ApiError(f"listing {resource.plural}: the API server sent something not a list")
@@ -133,10 +144,9 @@ def _page_items(body: Any, resource: Resource) -> tuple[list[dict[str, Any]], Ma
     return items, metadata if isinstance(metadata, dict) else {}
 
 
-def _list_pages(
+def _pages(
     api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int | None
-) -> Listing:
-    items: list[dict[str, Any]] = []
+) -> Iterator[Page]:
     token = ""
     call = resource.list_call(api.client)
     while True:
@@ -151,25 +161,42 @@ def _list_pages(
             if token and error.status == _GONE:
                 raise _ContinueExpired from error
             raise
-        page, metadata = _page_items(body, resource)
-        items.extend(page)
+        items, metadata = _page_items(body, resource)
+        yield Page(items, str(metadata.get("resourceVersion") or ""))
         token = str(metadata.get("continue") or "")
         if not token:
-            return Listing(items, str(metadata.get("resourceVersion") or ""))
+            return
+
+
+def list_pages(
+    api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int = PAGE_SIZE
+) -> Iterator[Page]:
+    """Every object of ``resource`` matching ``selectors``, in pages of ``page_size``, each
+    fetched when the one before has been consumed (so a consumer that parses each page holds
+    one page of JSON at a time, not the whole list).
+
+    A continue token that expires mid-list (410 Gone) makes the pages so far worthless: as
+    client-go's pager does, the list is fetched again whole, in one request, marked ``restart``.
+    """
+    try:
+        yield from _pages(api, resource, selectors, page_size)
+    except _ContinueExpired:
+        for page in _pages(api, resource, selectors, page_size=None):
+            yield Page(page.items, page.resource_version, restart=True)
 
 
 def list_all(
     api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int = PAGE_SIZE
 ) -> Listing:
-    """Every object of ``resource`` matching ``selectors``, in pages of ``page_size``.
-
-    A continue token that expires mid-list (410 Gone) makes the pages so far worthless: as
-    client-go's pager does, the list is fetched again whole, in one request.
-    """
-    try:
-        return _list_pages(api, resource, selectors, page_size)
-    except _ContinueExpired:
-        return _list_pages(api, resource, selectors, page_size=None)
+    """Every object of ``resource`` matching ``selectors`` at once (see ``list_pages``)."""
+    items: list[dict[str, Any]] = []
+    version = ""
+    for page in list_pages(api, resource, selectors, page_size):
+        if page.restart:
+            items.clear()
+        items.extend(page.items)
+        version = page.resource_version
+    return Listing(items, version)
 
 
 def _watch_event(line: bytes, resource: Resource) -> WatchEvent:

@@ -2,7 +2,8 @@
 
 One Reflector per resource, each on its own thread, as client-go's reflector:
 
-* list (paginated), replace the store, remember the list's resourceVersion;
+* list page by page (each page parsed as it arrives), replace the store, remember the
+  list's resourceVersion; an object listed again at the version stored is not parsed again;
 * watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
   forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ipvsproxy.cluster.api import (
     ENDPOINT_SLICES,
@@ -32,7 +33,7 @@ from ipvsproxy.cluster.api import (
     Resource,
     Selectors,
     WatchEvent,
-    list_all,
+    list_pages,
     proxy_label_selector,
     watch,
 )
@@ -59,6 +60,26 @@ Parser = Callable[[Mapping[str, Any]], tuple[T | None, list[Rejection]]]
 
 def _ignore(resource: str) -> None:
     pass
+
+
+class _Versioned(Protocol):
+    @property
+    def resource_version(self) -> str: ...
+
+
+def _resource_version(item: _Versioned) -> str:
+    return item.resource_version
+
+
+def _unversioned(item: object) -> str:
+    return ""
+
+
+def _same_version(obj: Mapping[str, Any], version: str) -> bool:
+    metadata = obj.get("metadata")
+    return (
+        bool(version) and isinstance(metadata, dict) and metadata.get("resourceVersion") == version
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +122,8 @@ class Reflector(Generic[T]):
         parse: Parser[T],
         *,
         selectors: Selectors,
+        # The resourceVersion a parsed object came from, "" if it does not keep it.
+        version_of: Callable[[T], str] = _unversioned,
         page_size: int = PAGE_SIZE,
         watch_timeout: int = WATCH_TIMEOUT,
         backoff: Backoff = Backoff(),
@@ -111,6 +134,7 @@ class Reflector(Generic[T]):
         self.resource = resource
         self._hooks = hooks
         self._parse = parse
+        self._version_of = version_of
         self._selectors = selectors
         self._page_size = page_size
         self._watch_timeout = watch_timeout
@@ -136,21 +160,39 @@ class Reflector(Generic[T]):
             return dict(self._store), rejections
 
     def relist(self) -> None:
-        listing = list_all(self._api, self.resource, self._selectors, self._page_size)
+        """List again, parsing each page as it arrives (the list's JSON is never held whole).
+
+        An object whose resourceVersion is that of the one stored is the same object: the
+        parsed one is kept (and its problems), so a relist after 410 Gone costs what changed.
+        """
+        with self._lock:
+            known, known_rejections = self._store, self._rejections
         store: dict[ObjectKey, T] = {}
         rejections: dict[ObjectKey, list[Rejection]] = {}
-        for obj in listing.items:
-            key = self._key(obj)
-            if key is None:
-                continue
-            item, problems = self._parse(obj)
-            if item is not None:
-                store[key] = item
-            if problems:
-                rejections[key] = problems
+        version = ""
+        for page in list_pages(self._api, self.resource, self._selectors, self._page_size):
+            if page.restart:
+                store.clear()
+                rejections.clear()
+            for obj in page.items:
+                key = self._key(obj)
+                if key is None:
+                    continue
+                kept = known.get(key)
+                if kept is not None and _same_version(obj, self._version_of(kept)):
+                    store[key] = kept
+                    if key in known_rejections:
+                        rejections[key] = known_rejections[key]
+                    continue
+                item, problems = self._parse(obj)
+                if item is not None:
+                    store[key] = item
+                if problems:
+                    rejections[key] = problems
+            version = page.resource_version
         with self._lock:
             self._store, self._rejections = store, rejections
-            self._resource_version = listing.resource_version
+            self._resource_version = version
         if self.synced.is_set():
             self._hooks.relisted(self.resource.plural.lower())
         self.synced.set()
@@ -284,9 +326,21 @@ class ClusterInformer:
             "on_change": on_change,
             "hooks": hooks,
         }
-        self.services = Reflector(api, SERVICES, parse_service, selectors=proxied, **options)
+        self.services = Reflector(
+            api,
+            SERVICES,
+            parse_service,
+            selectors=proxied,
+            version_of=_resource_version,
+            **options,
+        )
         self.endpoint_slices = Reflector(
-            api, ENDPOINT_SLICES, parse_endpoint_slice, selectors=proxied, **options
+            api,
+            ENDPOINT_SLICES,
+            parse_endpoint_slice,
+            selectors=proxied,
+            version_of=_resource_version,
+            **options,
         )
         self.node = Reflector(api, NODES, parse_node, selectors=own_node, **options)
         self._reflectors: tuple[Reflector[Any], ...] = (
