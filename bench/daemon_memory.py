@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import ipvsproxy.daemon.main as daemon_main
 from bench.cluster import (
     ENDPOINTS_PER_SERVICE,
     NODE_NAME,
@@ -43,6 +46,8 @@ from bench.cluster import (
     endpoint_slice_object,
     service_object,
 )
+from ipvsproxy import cli
+from ipvsproxy.kernel.bundle import FakeKernel
 from tests.api.fake_apiserver import FakeApiServer
 
 PHASES = ("first_sync", "changes", "scrapes", "relist")
@@ -53,8 +58,6 @@ QUIET = 0.3
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -121,20 +124,28 @@ class _SyncLog:
 
 def run_daemon(kubeconfig: str, metrics_port: int, sync_period: str) -> None:
     """In the child: ``ipvsproxy run`` as the CLI runs it, on the in-memory kernel."""
-    import ipvsproxy.daemon.main as daemon_main
-    from ipvsproxy.cli import main
-    from ipvsproxy.kernel.bundle import FakeKernel
-
     fake = FakeKernel()
 
     @contextlib.contextmanager
     def fake_kernel(**_: object) -> Iterator[Any]:
         yield fake.kernel()
 
-    daemon_main.real_kernel = fake_kernel  # type: ignore[assignment]
-    daemon_main.require_net_admin = lambda: None
-    daemon_main._read_ipvs_counters = fake.ipvs.dump
-    main(
+    def no_check() -> None:
+        pass
+
+    # What runs as root against the machine's kernel, and nothing else, is swapped.
+    on_fake_kernel = mock.patch.multiple(
+        daemon_main,
+        real_kernel=fake_kernel,
+        require_net_admin=no_check,
+        _read_ipvs_counters=fake.ipvs.dump,
+    )
+    with on_fake_kernel:
+        _run_cli(kubeconfig, metrics_port, sync_period)
+
+
+def _run_cli(kubeconfig: str, metrics_port: int, sync_period: str) -> None:
+    cli.main(
         [
             "run",
             "--kubeconfig",
@@ -229,8 +240,7 @@ def measure(services: int, changes: int, sync_period: str) -> dict[str, Any]:
 def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         phase: {
-            field: statistics.median(r[phase][field] for r in rounds)
-            for field in rounds[0][phase]
+            field: statistics.median(r[phase][field] for r in rounds) for field in rounds[0][phase]
         }
         for phase in PHASES
     }
