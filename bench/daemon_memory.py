@@ -138,7 +138,7 @@ def run_daemon(kubeconfig: str, metrics_port: int, sync_period: str) -> None:
         daemon_main,
         real_kernel=fake_kernel,
         require_net_admin=no_check,
-        _read_ipvs_counters=fake.ipvs.dump,
+        NetlinkIPVS=lambda: contextlib.nullcontext(fake.ipvs),
     )
     with on_fake_kernel:
         _run_cli(kubeconfig, metrics_port, sync_period)

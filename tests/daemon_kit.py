@@ -83,10 +83,10 @@ class RecordingIPVS:
         # Set, every call raises: a kernel interface broken in a way no op result describes.
         self.broken = False
 
-    def dump(self) -> IPVSTable:
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         self._check()
         self.dumps += 1
-        return self.fake.dump()
+        return self.fake.dump(real_servers=real_servers, traffic=traffic)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()

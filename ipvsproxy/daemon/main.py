@@ -41,8 +41,10 @@ def _address(text: str, flag: str) -> tuple[str, int] | None:
 
 def _read_ipvs_counters() -> IPVSTable:
     # A socket of its own: scrapes come from HTTP threads while the sync loop uses its own.
+    # The metrics are per virtual server: one request, none per virtual server for its
+    # real servers.
     with NetlinkIPVS() as ipvs:
-        return ipvs.dump()
+        return ipvs.dump(real_servers=False)
 
 
 def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions:

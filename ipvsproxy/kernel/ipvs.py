@@ -234,11 +234,14 @@ def _nested(payload: bytes) -> Attributes:
     return dict(attributes(payload))
 
 
+NO_TRAFFIC = TrafficStats()
+
+
 def _traffic(attrs: Attributes, prefix: str) -> TrafficStats:
     """The 64-bit counters where the kernel sends them, else the 32-bit ones."""
     payload = attrs.get(_T[f"{prefix}STATS64"]) or attrs.get(_T[f"{prefix}STATS"])
     if payload is None:
-        return TrafficStats()
+        return NO_TRAFFIC
     stats = _nested(payload)
     return TrafficStats(**{field: _number(stats, name) for field, name in _STATS_FIELDS})
 
@@ -267,7 +270,7 @@ def _virtual_server(attrs: Attributes) -> VirtualServer | None:
     )
 
 
-def _real_server_state(attrs: Attributes, family: int) -> RealServerState:
+def _real_server_state(attrs: Attributes, family: int, traffic: bool = True) -> RealServerState:
     """``family``: the virtual server's, for kernels that do not send the destination's."""
     family = _number(attrs, "IPVS_DEST_ATTR_ADDR_FAMILY") or family
     server = RealServer(
@@ -285,7 +288,7 @@ def _real_server_state(attrs: Attributes, family: int) -> RealServerState:
         active_connections=_number(attrs, "IPVS_DEST_ATTR_ACTIVE_CONNS"),
         inactive_connections=_number(attrs, "IPVS_DEST_ATTR_INACT_CONNS"),
         persistent_connections=_number(attrs, "IPVS_DEST_ATTR_PERSIST_CONNS"),
-        stats=_traffic(attrs, "IPVS_DEST_ATTR_"),
+        stats=_traffic(attrs, "IPVS_DEST_ATTR_") if traffic else NO_TRAFFIC,
     )
 
 
@@ -338,12 +341,13 @@ class NetlinkIPVS:
         body = self._body(genl_ipvs.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
         self._socket.request(self._family_id, 0, body)
 
-    def dump(self) -> IPVSTable:
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         """Every virtual server, then the destinations of each, one dump request apiece.
 
         The kernel dumps destinations only of a service named in the request, and a netlink
         socket runs one dump at a time (a second in the same sendmsg is refused with EBUSY),
-        so these requests cannot be batched as writes are.
+        so these requests cannot be batched as writes are; without ``real_servers`` there
+        is only the first.
         """
         table: dict[VirtualServerKey, VirtualServerState] = {}
         for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
@@ -352,23 +356,26 @@ class NetlinkIPVS:
             if server is None:
                 continue
             family = _family(server.key.address)
-            real_servers = {}
-            for dest in self._dump(
-                genl_ipvs.IPVS_CMD_GET_DEST,
-                [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(server.key)))],
-            ):
-                state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family)
-                real_servers[state.server.key] = state
-            table[server.key] = VirtualServerState(
-                server, real_servers, _traffic(attrs, "IPVS_SVC_ATTR_")
+            dests = (
+                self._dump(
+                    genl_ipvs.IPVS_CMD_GET_DEST,
+                    [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(server.key)))],
+                )
+                if real_servers
+                else []
             )
+            found = {}
+            for dest in dests:
+                state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family, traffic)
+                found[state.server.key] = state
+            table[server.key] = VirtualServerState(server, found, _traffic(attrs, "IPVS_SVC_ATTR_"))
         return table
 
 
 class AbsentIPVS:
     """The IPVS of a kernel that has none and cannot load it: nothing to read or remove."""
 
-    def dump(self) -> IPVSTable:
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         return {}
 
     def timeouts(self) -> IPVSTimeouts:
@@ -412,14 +419,17 @@ class FakeIPVS:
             udp=timeouts.udp or self._timeouts.udp,
         )
 
-    def dump(self) -> IPVSTable:
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
+        # No traffic passes through the fake: its statistics are always zero.
         return {
             key: VirtualServerState(
                 entry.server,
                 {
                     rs_key: RealServerState(rs, *entry.connections.get(rs_key, (0, 0)))
                     for rs_key, rs in entry.real_servers.items()
-                },
+                }
+                if real_servers
+                else {},
             )
             for key, entry in self._table.items()
         }

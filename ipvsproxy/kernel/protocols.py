@@ -28,8 +28,14 @@ from ipvsproxy.model import (
 
 
 class IPVSKernel(Protocol):
-    def dump(self) -> IPVSTable:
-        """Every virtual server with its real servers and counters."""
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
+        """Every virtual server with its real servers and counters.
+
+        Without ``real_servers`` every virtual server's real servers are left out (empty);
+        without ``traffic`` the real servers' traffic statistics are not read (left zero),
+        their connection counts still are. Leaving out what a caller does not use keeps the
+        dump of a large table small and quick.
+        """
         ...
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:

@@ -32,7 +32,8 @@ EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeo
 @without_cyclic_gc
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
     return KernelState(
-        ipvs=kernel.ipvs.dump(),
+        # Planning reads real servers and their connections, never their traffic.
+        ipvs=kernel.ipvs.dump(traffic=False),
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
         ipsets=kernel.ipsets.list_sets(),

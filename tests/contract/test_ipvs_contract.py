@@ -18,7 +18,9 @@ from ipvsproxy.model import (
     IPVSTimeouts,
     RealServer,
     RealServerKey,
+    RealServerState,
     ServiceFlags,
+    TrafficStats,
     TransportProtocol,
     UpdateRealServer,
     UpdateVirtualServer,
@@ -109,6 +111,36 @@ def test_deletes_remove(ipvs: IPVSKernel, family: int) -> None:
     assert ipvs.dump()[server.key].real_servers == {}
     assert ipvs.apply([DeleteVirtualServer(server.key)]) == [None]
     assert server.key not in ipvs.dump()
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_dump_leaves_out_the_real_servers_or_their_traffic_when_asked(
+    ipvs: IPVSKernel, family: int
+) -> None:
+    server = VirtualServer(_key(family))
+    reals = [_real(family, port=port, weight=port - 8079) for port in (8080, 8081)]
+    ipvs.apply([AddVirtualServer(server), *(AddRealServer(server.key, r) for r in reals)])
+
+    whole = ipvs.dump()[server.key]
+    bare = ipvs.dump(real_servers=False)[server.key]
+    quiet = ipvs.dump(traffic=False)[server.key]
+
+    assert len(whole.real_servers) == 2
+    assert bare.server == quiet.server == whole.server
+    assert bare.real_servers == {}
+
+    def seen(state: RealServerState) -> tuple[RealServer, int, int, int]:
+        return (
+            state.server,
+            state.active_connections,
+            state.inactive_connections,
+            state.persistent_connections,
+        )
+
+    assert {k: seen(s) for k, s in quiet.real_servers.items()} == {
+        k: seen(s) for k, s in whole.real_servers.items()
+    }
+    assert {s.stats for s in quiet.real_servers.values()} == {TrafficStats()}
 
 
 def _errno(ipvs: IPVSKernel, op: object) -> int | None:

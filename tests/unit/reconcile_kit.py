@@ -93,8 +93,8 @@ class RefusingIPVS:
     refuse: set[IPVSOp] = field(default_factory=set)
     error: OpError = EXISTS
 
-    def dump(self) -> IPVSTable:
-        return self.inner.dump()
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
+        return self.inner.dump(real_servers=real_servers, traffic=traffic)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         return [self.error if op in self.refuse else self.inner.apply([op])[0] for op in ops]
