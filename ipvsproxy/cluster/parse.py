@@ -9,7 +9,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Iterable, Mapping
+import sys
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -38,6 +39,7 @@ from ipvsproxy.model import (
     TrafficPolicy,
     TransportProtocol,
 )
+from ipvsproxy.translate.translate import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
 MAX_AFFINITY_TIMEOUT = 86400
@@ -49,6 +51,9 @@ _ADDRESS_VERSIONS = {"IPv4": 4, "IPv6": 6}
 # As the API server writes metadata.creationTimestamp: RFC 3339 in UTC, whole seconds.
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _SERVICE_TYPES = {t.value: t for t in ServiceType}
+# The Service labels and annotations translate reads; the others are not kept.
+SERVICE_LABELS_READ = (PROXY_NAME_LABEL,)
+SERVICE_ANNOTATIONS_READ = (SCHEDULER_ANNOTATION,)
 
 
 class ParseError(ValueError):
@@ -105,11 +110,20 @@ def _bool(value: Any, what: str) -> bool | None:
     return value
 
 
-def _str_map(value: Any, what: str) -> Mapping[str, str]:
+def _repeated(value: Any, what: str, default: str = "") -> str:
+    """A string that many objects carry (a namespace, a node, zone or port name), kept once
+    for all of them. Interned strings are freed when the last object holding one goes."""
+    return sys.intern(_str(value, what, default))
+
+
+def _str_map(value: Any, what: str, read: Collection[str] | None = None) -> Mapping[str, str]:
+    """Checked whole; with ``read``, only those keys are kept (what the proxy looks at: the
+    rest, kubectl's last-applied-configuration among it, would be held for nothing)."""
     raw = _mapping(value, what)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
         raise ParseError(f"{what} has non-string entries")
-    return MappingProxyType(dict(raw))
+    kept = dict(raw) if read is None else {k: raw[k] for k in read if k in raw}
+    return MappingProxyType(kept) if kept else _EMPTY
 
 
 def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
@@ -140,7 +154,7 @@ def object_key(
         raise ParseError("metadata.name is missing")
     if not valid_name(name):
         raise ParseError(f"metadata.name {name!r} is not a valid Kubernetes name")
-    namespace = _str(metadata.get("namespace"), "metadata.namespace", default="default")
+    namespace = _repeated(metadata.get("namespace"), "metadata.namespace", default="default")
     if namespaced and not is_dns1123_label(namespace):
         raise ParseError(f"metadata.namespace {namespace!r} is not a valid Kubernetes name")
     return ObjectKey(namespace if namespaced else "", name)
@@ -176,7 +190,7 @@ def _service_port(raw: Any, index: int) -> ServicePort:
     target = spec.get("targetPort")
     if target is not None and (isinstance(target, bool) or not isinstance(target, int | str)):
         raise ParseError(f"{what}.targetPort is neither a number nor a name")
-    name = _str(spec.get("name"), f"{what}.name")
+    name = _repeated(spec.get("name"), f"{what}.name")
     if name and not is_dns1123_label(name):
         raise ParseError(f"{what}.name {name!r} is not a valid port name")
     return ServicePort(
@@ -326,8 +340,10 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             or None,
             traffic_distribution=_str(spec.get("trafficDistribution"), "trafficDistribution")
             or None,
-            labels=_str_map(metadata.get("labels"), "metadata.labels"),
-            annotations=_str_map(metadata.get("annotations"), "metadata.annotations"),
+            labels=_str_map(metadata.get("labels"), "metadata.labels", SERVICE_LABELS_READ),
+            annotations=_str_map(
+                metadata.get("annotations"), "metadata.annotations", SERVICE_ANNOTATIONS_READ
+            ),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
             created=_created(metadata, label, rejections),
         )
@@ -374,7 +390,7 @@ def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
         return None
     names: list[str] = []
     for item in _list(hints.get(field_name), f"hints.{field_name}"):
-        names.append(_str(_mapping(item, f"hints.{field_name}[]").get("name"), "hint name"))
+        names.append(_repeated(_mapping(item, f"hints.{field_name}[]").get("name"), "hint name"))
     return tuple(names)
 
 
@@ -423,8 +439,8 @@ def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
     return Endpoint(
         addresses=addresses,
         conditions=_conditions(entry.get("conditions")),
-        node_name=_str(entry.get("nodeName"), "nodeName") or None,
-        zone=_str(entry.get("zone"), "zone") or None,
+        node_name=_repeated(entry.get("nodeName"), "nodeName") or None,
+        zone=_repeated(entry.get("zone"), "zone") or None,
         hints_for_zones=_hints(hints, "forZones") if hints else None,
         hints_for_nodes=_hints(hints, "forNodes") if hints else None,
     )
@@ -435,7 +451,7 @@ def _endpoint_port(raw: Any, index: int) -> EndpointPort:
     port = _int(entry.get("port"), f"ports[{index}].port")
     if port is not None and not 1 <= port <= 65535:
         raise ParseError(f"ports[{index}].port {port} is outside 1-65535")
-    name = _str(entry.get("name"), f"ports[{index}].name")
+    name = _repeated(entry.get("name"), f"ports[{index}].name")
     if name and not is_dns1123_label(name):
         raise ParseError(f"ports[{index}].name {name!r} is not a valid port name")
     return EndpointPort(
@@ -477,7 +493,7 @@ def parse_endpoint_slice(
         service_name = labels.get("kubernetes.io/service-name", "")
         if not service_name:
             raise ParseError("no kubernetes.io/service-name label")
-        address_type = _str(obj.get("addressType"), "addressType")
+        address_type = _repeated(obj.get("addressType"), "addressType")
         version = _ADDRESS_VERSIONS.get(address_type)
         endpoints: list[Endpoint] = []
         for index, item in enumerate(_list(obj.get("endpoints"), "endpoints")):

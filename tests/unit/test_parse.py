@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -413,3 +414,61 @@ def test_creation_timestamp_is_read_and_a_bad_one_is_named() -> None:
     parsed, rejections = parse_service(good)
     assert parsed is not None and parsed.created == ""
     assert "not an RFC 3339 UTC time" in _reasons(rejections)[0]
+
+
+SPEC = {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}
+
+
+def test_a_service_keeps_only_the_labels_and_annotations_the_proxy_reads() -> None:
+    metadata = {
+        "name": "s",
+        "namespace": "ns",
+        "labels": {"app": "web", "service.kubernetes.io/service-proxy-name": "ours"},
+        "annotations": {
+            "ipvsproxy.io/scheduler": "wrr",
+            "kubectl.kubernetes.io/last-applied-configuration": '{"a": "long document"}',
+        },
+    }
+    parsed, rejections = parse_service({**service(SPEC), "metadata": metadata})
+
+    assert parsed is not None and rejections == []
+    assert dict(parsed.labels) == {"service.kubernetes.io/service-proxy-name": "ours"}
+    assert dict(parsed.annotations) == {"ipvsproxy.io/scheduler": "wrr"}
+    # Entries not kept are still checked: a broken one rejects the service as before.
+    metadata["labels"] = {"app": 1}
+    broken, problems = parse_service({**service(SPEC), "metadata": metadata})
+    assert broken is None and [r.reason for r in problems] == [
+        "metadata.labels has non-string entries"
+    ]
+
+
+def test_names_repeated_across_objects_are_one_string() -> None:
+    def decoded_slice(name: str) -> dict[str, Any]:
+        # As from separate API answers: every string a copy of its own.
+        return json.loads(
+            json.dumps(
+                {
+                    "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": name,
+                        "namespace": "shop",
+                        "labels": {"kubernetes.io/service-name": "web"},
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": [
+                        {"addresses": ["10.244.0.9"], "nodeName": "node-7", "zone": "zone-b"}
+                    ],
+                    "ports": [{"name": "http", "port": 8080}],
+                }
+            )
+        )
+
+    first, _ = parse_endpoint_slice(decoded_slice("web-1"))
+    second, _ = parse_endpoint_slice(decoded_slice("web-2"))
+
+    assert first is not None and second is not None
+    assert first.key.namespace is second.key.namespace
+    assert first.address_type is second.address_type
+    assert first.ports[0].name is second.ports[0].name
+    assert first.endpoints[0].node_name is second.endpoints[0].node_name
+    assert first.endpoints[0].zone is second.endpoints[0].zone
