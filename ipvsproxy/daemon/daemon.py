@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
+from ipvsproxy.daemon.heap import release_free_memory
 from ipvsproxy.daemon.http import HttpServer
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
@@ -26,7 +27,7 @@ from ipvsproxy.daemon.nodeports import (
 )
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
-from ipvsproxy.daemon.syncer import Syncer, SyncReport
+from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.reconcile.describe import describe
@@ -167,6 +168,13 @@ class Daemon:
                 self.runner.request()
 
     def _sync(self) -> None:
+        if self._sync_once() is SyncMode.FULL:
+            # The kernel's dump and the plan of a full sync (the whole cluster on the first)
+            # are freed by now: give their pages back rather than hold them until the next.
+            release_free_memory()
+
+    def _sync_once(self) -> SyncMode | None:
+        """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
         with self._pending_lock:
             self._pending.clear()
@@ -180,7 +188,7 @@ class Daemon:
             # The next sync is a full one; meanwhile /healthz turns 503 if this persists.
             log.exception("sync failed")
             self.metrics.syncs.labels(mode="unknown", result="error").inc()
-            return
+            return None
         self._record(report)
         desired = report.desired
         self.health_check_ports.update(
@@ -195,6 +203,7 @@ class Daemon:
             for trigger in report.changes.trigger_times:
                 self.metrics.network_programming.observe(max(0.0, now - trigger))
         self.synced.set()
+        return report.mode
 
     def _record(self, report: SyncReport) -> None:
         result, metrics = report.result, self.metrics
