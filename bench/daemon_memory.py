@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import signal
 import socket
@@ -213,9 +214,7 @@ def measure(services: int, changes: int, sync_period: str) -> dict[str, Any]:
                 syncs.wait_after(seen, CHANGE_TIMEOUT)
             result["changes"] = _memory_mb(daemon.pid)
             for _ in range(3):
-                url = f"http://127.0.0.1:{metrics_port}/metrics"
-                with urllib.request.urlopen(url, timeout=60) as answer:
-                    answer.read()
+                _scrape(metrics_port)
             result["scrapes"] = _memory_mb(daemon.pid)
             seen = syncs.count
             # A restart that forgot the history, with a write in between: every watch
@@ -235,6 +234,20 @@ def measure(services: int, changes: int, sync_period: str) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+
+
+def _scrape(port: int, attempts: int = 5) -> None:
+    """One /metrics answer. The in-memory kernel is not thread-safe: a scrape that reads it
+    while a sync writes it can fail, which no node's kernel does; such a scrape is repeated."""
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
+                answer.read()
+            return
+        except (OSError, http.client.HTTPException):
+            if attempt + 1 == attempts:
+                raise
+            time.sleep(1)
 
 
 def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
