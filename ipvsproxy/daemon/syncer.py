@@ -24,7 +24,7 @@ from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, IPVSTabl
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from ipvsproxy.reconcile.scoped import NOTHING_READ
 from ipvsproxy.translate import ServiceCache, Settings, translate
-from ipvsproxy.translate.incremental import IncrementalTranslation
+from ipvsproxy.translate.incremental import IncrementalTranslation, same_translation
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,7 @@ class Syncer:
         if full:
             mode = SyncMode.FULL
             self._last_full = self._clock()
-            # The reference translation; the kept one starts again from the same snapshot.
-            desired = translate(snapshot, self._settings, self._translations)
-            self._incremental.rebuild(snapshot)
+            desired = self._full_translation(snapshot, changes, trusted=not in_doubt)
             desired = _with(rejections, desired)
             result = self._reconciler.sync(desired)
         else:
@@ -121,6 +119,23 @@ class Syncer:
             new_rejections=tuple(r for r in desired.rejections if r not in seen),
             seconds=time.perf_counter() - started,
         )
+
+    def _full_translation(
+        self, snapshot: ClusterSnapshot, changes: Changes, *, trusted: bool
+    ) -> DesiredState:
+        """The reference: ``translate`` of the whole snapshot. The kept translation, updated
+        first (so both share each service's share), must agree with it, or starts again."""
+        kept = (
+            self._incremental.update(snapshot, changes.services, changes.endpoint_slices).desired
+            if trusted and not changes.node and self._incremental.desired is not None
+            else None
+        )
+        desired = translate(snapshot, self._settings, self._translations)
+        if kept is None or not same_translation(kept, desired):
+            if kept is not None:
+                log.error("the kept translation differed from the whole one; starting it again")
+            self._incremental.rebuild(snapshot)
+        return desired
 
     def _drain_read(self) -> IPVSTable:
         """The draining virtual servers as the kernel has them, when a drain check is due."""

@@ -14,8 +14,9 @@ Not thread-safe; an exception in ``update`` leaves the state unusable until ``re
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
@@ -396,3 +397,10 @@ class IncrementalTranslation:
             *(r for found in self._service_rejections.values() for r in found),
             *(r for lost in self._conflicts.values() for r in lost),
         )
+
+
+def same_translation(kept: DesiredState, reference: DesiredState) -> bool:
+    """Whether two translations agree; the rejections may come in another order."""
+    return replace(kept, rejections=()) == replace(reference, rejections=()) and Counter(
+        kept.rejections
+    ) == Counter(reference.rejections)
