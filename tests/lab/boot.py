@@ -72,6 +72,8 @@ MODULES = (
 # Tools the tests call inside the lab, beside the kernel itself.
 LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
 BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
+# The lab kernel's memory; the scale benchmark's 10,000-service cluster needs more than tests do.
+MEMORY_VARIABLE = "IPVSPROXY_LAB_MEM"
 NO_TESTS_COLLECTED = 5
 
 
@@ -164,7 +166,7 @@ def run_in_lab(
         subprocess.run(
             [
                 "linux",
-                "mem=1G",
+                f"mem={os.environ.get(MEMORY_VARIABLE) or '1G'}",
                 "root=/dev/root",
                 "rootfstype=hostfs",
                 "rootflags=/",
