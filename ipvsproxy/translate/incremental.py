@@ -97,7 +97,6 @@ class _Share:
     """What one service brings, whichever virtual servers it wins."""
 
     state: ServiceState | None  # None: rejected whole
-    rejections: tuple[Rejection, ...]
     # Its hairpin and health-check entries.
     members: tuple[Member, ...]
     health_check: int | None
@@ -251,7 +250,7 @@ class IncrementalTranslation:
             service, slices, self._settings, node, addresses, cache=self._cache
         )
         if isinstance(found, Rejection):
-            self._shares[key] = _Share(None, (found,), (), None)
+            self._shares[key] = _Share(None, (), None)
             self._service_rejections[key] = (found,)
             self._rejections_changed = True
             return
@@ -264,10 +263,9 @@ class IncrementalTranslation:
             self._health_checks_changed = True
         for name, entry in members:
             self._entries[name].add(entry)
-        rejections = tuple(found.rejections)
-        self._shares[key] = _Share(found, rejections, tuple(members), port)
-        if rejections:
-            self._service_rejections[key] = rejections
+        self._shares[key] = _Share(found, tuple(members), port)
+        if found.rejections:
+            self._service_rejections[key] = tuple(found.rejections)
             self._rejections_changed = True
         for scope in found.no_local_endpoints:
             self._no_local[scope] += 1
