@@ -128,11 +128,14 @@ class Cluster:
         else:
             kind = change["kind"]
             key = ObjectKey("ns", change["metadata"]["name"])
-            parsed = (parse_service if kind == "Service" else parse_endpoint_slice)(change)[0]
-            store = self.services if kind == "Service" else self.slices
-            store.pop(key, None)
-            if parsed is not None:
-                store[key] = parsed
+            if kind == "Service":
+                self.services.pop(key, None)
+                if (service := parse_service(change)[0]) is not None:
+                    self.services[key] = service
+            else:
+                self.slices.pop(key, None)
+                if (slice_ := parse_endpoint_slice(change)[0]) is not None:
+                    self.slices[key] = slice_
         self.snapshot = replace(
             self.snapshot, services=dict(self.services), endpoint_slices=dict(self.slices)
         )
