@@ -8,7 +8,14 @@ from typing import Any
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable, IPVSTimeouts
+from ipvsproxy.model import (
+    BatchResult,
+    IPVSOp,
+    IPVSTable,
+    IPVSTimeouts,
+    VirtualServerKey,
+    VirtualServerState,
+)
 
 NODE = "node-a"
 NODE_IP = "192.168.10.11"
@@ -74,12 +81,14 @@ def cluster(services: int, endpoints: int = 2) -> list[dict[str, Any]]:
 
 
 class RecordingIPVS:
-    """FakeIPVS that remembers every op it was given and counts the dumps."""
+    """FakeIPVS that remembers every op it was given and every read."""
 
     def __init__(self) -> None:
         self.fake = FakeIPVS()
         self.ops: list[IPVSOp] = []
         self.dumps = 0
+        # The virtual servers read one by one, in order.
+        self.reads: list[VirtualServerKey] = []
         # Set, every call raises: a kernel interface broken in a way no op result describes.
         self.broken = False
 
@@ -87,6 +96,11 @@ class RecordingIPVS:
         self._check()
         self.dumps += 1
         return self.fake.dump(real_servers=real_servers, traffic=traffic)
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        self._check()
+        self.reads.append(key)
+        return self.fake.virtual_server(key)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()

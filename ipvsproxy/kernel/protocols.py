@@ -24,6 +24,7 @@ from ipvsproxy.model import (
     OpError,
     RealServerKey,
     VirtualServerKey,
+    VirtualServerState,
 )
 
 
@@ -36,6 +37,11 @@ class IPVSKernel(Protocol):
         their connection counts still are. Leaving out what a caller does not use keeps the
         dump of a large table small and quick.
         """
+        ...
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        """One virtual server with its real servers and counters, as ``dump`` would give it,
+        without reading the rest of the table; None when the kernel has no such one."""
         ...
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:

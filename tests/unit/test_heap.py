@@ -9,8 +9,9 @@ import pytest
 from ipvsproxy.daemon import daemon as daemon_module
 from ipvsproxy.daemon import heap
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.model import ClusterSnapshot, Rejection
+from ipvsproxy.model import ClusterSnapshot
 from ipvsproxy.translate import Settings
 
 
@@ -45,8 +46,8 @@ class _Unchanging:
     def wait_for_sync(self, timeout: float) -> bool:
         return True
 
-    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
-        return self.snapshot_value, []
+    def snapshot(self) -> Reading:
+        return Reading(self.snapshot_value, [])
 
 
 def test_the_daemon_trims_after_a_full_sync_and_not_after_an_incremental_one(
