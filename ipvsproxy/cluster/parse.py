@@ -258,6 +258,21 @@ def _created(metadata: Mapping[str, Any], label: str, rejections: list[Rejection
     return ""
 
 
+def _health_check_node_port(
+    spec: Mapping[str, Any], label: str, rejections: list[Rejection]
+) -> int | None:
+    """The port, or None; one outside 1-65535 is ignored (its ipset entry would be refused)."""
+    port = _int(spec.get("healthCheckNodePort"), "healthCheckNodePort")
+    if port is None or port == 0:
+        return None
+    if 1 <= port <= 65535:
+        return port
+    rejections.append(
+        Rejection(label, f"spec.healthCheckNodePort {port} is outside 1-65535; ignored")
+    )
+    return None
+
+
 def _check_programmable(
     service: Service, spec: Mapping[str, Any] | None, rejections: list[Rejection]
 ) -> None:
@@ -336,8 +351,7 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             internal_traffic_policy=_policy(
                 spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy"
             ),
-            health_check_node_port=_int(spec.get("healthCheckNodePort"), "healthCheckNodePort")
-            or None,
+            health_check_node_port=_health_check_node_port(spec, label, rejections),
             traffic_distribution=_str(spec.get("trafficDistribution"), "trafficDistribution")
             or None,
             labels=_str_map(metadata.get("labels"), "metadata.labels", SERVICE_LABELS_READ),

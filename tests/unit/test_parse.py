@@ -472,3 +472,15 @@ def test_names_repeated_across_objects_are_one_string() -> None:
     assert first.ports[0].name is second.ports[0].name
     assert first.endpoints[0].node_name is second.endpoints[0].node_name
     assert first.endpoints[0].zone is second.endpoints[0].zone
+
+
+@pytest.mark.parametrize("port", [-1, 65536])
+def test_a_health_check_node_port_outside_the_port_range_is_ignored_and_named(port: int) -> None:
+    parsed, rejections = parse_service(
+        service({**SPEC, "type": "LoadBalancer", "healthCheckNodePort": port})
+    )
+
+    assert parsed is not None and parsed.health_check_node_port is None
+    assert [r.reason for r in rejections] == [
+        f"spec.healthCheckNodePort {port} is outside 1-65535; ignored"
+    ]
