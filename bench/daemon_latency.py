@@ -13,7 +13,6 @@ cluster in place.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import ipaddress
 import json
@@ -28,8 +27,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pyroute2.netlink.generic import ipvs as genl_ipvs
-
 from bench.cluster import (
     ENDPOINTS_PER_SERVICE,
     NODE_NAME,
@@ -38,15 +35,7 @@ from bench.cluster import (
     pod_ip,
     service_object,
 )
-from ipvsproxy.kernel.ipvs import (
-    NetlinkIPVS,
-    _family,
-    _nla,
-    _real_server_state,
-    _reply,
-    _service_key_attrs,
-)
-from ipvsproxy.kernel.netlink import NLM_F_DUMP
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
 from tests.lab.apiserver import LabApiServer
 
@@ -84,22 +73,10 @@ class Probe(NetlinkIPVS):
     """One virtual server's real servers and weights, without dumping the whole table."""
 
     def weights(self, key: VirtualServerKey) -> Mapping[IPAddress, int] | None:
-        service = [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(key)))]
-        try:
-            self._socket.request(
-                self._family_id, 0, self._body(genl_ipvs.IPVS_CMD_GET_SERVICE, service)
-            )
-        except OSError as error:
-            if error.errno in (errno.ESRCH, errno.ENOENT):
-                return None
-            raise
-        weights = {}
-        for message in self._socket.request(
-            self._family_id, NLM_F_DUMP, self._body(genl_ipvs.IPVS_CMD_GET_DEST, service)
-        ):
-            state = _real_server_state(_reply(message, "IPVS_CMD_ATTR_DEST"), _family(key.address))
-            weights[state.server.key.address] = state.server.weight
-        return weights
+        state = self.virtual_server(key)
+        if state is None:
+            return None
+        return {real.address: rs.server.weight for real, rs in state.real_servers.items()}
 
 
 def _wait(condition: Callable[[], bool], timeout: float) -> float | None:

@@ -8,7 +8,14 @@ from typing import Any
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import BatchResult, IPVSOp, IPVSTable, IPVSTimeouts
+from ipvsproxy.model import (
+    BatchResult,
+    IPVSOp,
+    IPVSTable,
+    IPVSTimeouts,
+    VirtualServerKey,
+    VirtualServerState,
+)
 
 NODE = "node-a"
 NODE_IP = "192.168.10.11"
@@ -87,6 +94,10 @@ class RecordingIPVS:
         self._check()
         self.dumps += 1
         return self.fake.dump()
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        self._check()
+        return self.fake.virtual_server(key)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()

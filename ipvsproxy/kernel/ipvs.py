@@ -122,7 +122,7 @@ def _request(op: IPVSOp) -> tuple[int, int, list[tuple[str, Any]]]:
         case UpdateVirtualServer(server):
             return genl_ipvs.IPVS_CMD_SET_SERVICE, 0, [(service, _nla(_service_attrs(server)))]
         case DeleteVirtualServer(key):
-            return genl_ipvs.IPVS_CMD_DEL_SERVICE, 0, [(service, _nla(_service_key_attrs(key)))]
+            return genl_ipvs.IPVS_CMD_DEL_SERVICE, 0, _service_request(key)
         case AddRealServer(virtual, server):
             attrs = _dest_request(virtual, _dest_attrs(server))
             return genl_ipvs.IPVS_CMD_NEW_DEST, NLM_F_CREATE | NLM_F_EXCL, attrs
@@ -135,11 +135,13 @@ def _request(op: IPVSOp) -> tuple[int, int, list[tuple[str, Any]]]:
     raise TypeError(f"not an IPVS op: {op!r}")
 
 
+def _service_request(key: VirtualServerKey) -> list[tuple[str, Any]]:
+    """The attributes that name one service in a request about it or its destinations."""
+    return [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(key)))]
+
+
 def _dest_request(virtual: VirtualServerKey, dest: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    return [
-        ("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(virtual))),
-        ("IPVS_CMD_ATTR_DEST", _nla(dest)),
-    ]
+    return [*_service_request(virtual), ("IPVS_CMD_ATTR_DEST", _nla(dest))]
 
 
 def _nla(attrs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -347,22 +349,34 @@ class NetlinkIPVS:
         """
         table: dict[VirtualServerKey, VirtualServerState] = {}
         for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
-            attrs = _reply(message, "IPVS_CMD_ATTR_SERVICE")
-            server = _virtual_server(attrs)
-            if server is None:
-                continue
-            family = _family(server.key.address)
-            real_servers = {}
-            for dest in self._dump(
-                genl_ipvs.IPVS_CMD_GET_DEST,
-                [("IPVS_CMD_ATTR_SERVICE", _nla(_service_key_attrs(server.key)))],
-            ):
-                state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family)
-                real_servers[state.server.key] = state
-            table[server.key] = VirtualServerState(
-                server, real_servers, _traffic(attrs, "IPVS_SVC_ATTR_")
-            )
+            state = self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"))
+            if state is not None:
+                table[state.server.key] = state
         return table
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        """One GET_SERVICE for the service, one GET_DEST dump for its destinations."""
+        body = self._body(genl_ipvs.IPVS_CMD_GET_SERVICE, _service_request(key))
+        try:
+            (message,) = self._socket.request(self._family_id, 0, body)
+        except OSError as error:
+            # ESRCH: no such service; ENOENT: the kernel's answer for some malformed keys.
+            if error.errno in (errno.ESRCH, errno.ENOENT):
+                return None
+            raise
+        return self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"))
+
+    def _state(self, attrs: Attributes) -> VirtualServerState | None:
+        """A dumped or fetched service with its destinations; None for what we do not manage."""
+        server = _virtual_server(attrs)
+        if server is None:
+            return None
+        family = _family(server.key.address)
+        real_servers = {}
+        for dest in self._dump(genl_ipvs.IPVS_CMD_GET_DEST, _service_request(server.key)):
+            state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family)
+            real_servers[state.server.key] = state
+        return VirtualServerState(server, real_servers, _traffic(attrs, "IPVS_SVC_ATTR_"))
 
 
 class AbsentIPVS:
@@ -370,6 +384,9 @@ class AbsentIPVS:
 
     def dump(self) -> IPVSTable:
         return {}
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        return None
 
     def timeouts(self) -> IPVSTimeouts:
         return IPVSTimeouts()
@@ -387,6 +404,15 @@ class _FakeVirtualServer:
     real_servers: dict[RealServerKey, RealServer] = field(default_factory=dict)
     # (active, inactive) connections, as tests set them; a deleted real server loses them.
     connections: dict[RealServerKey, tuple[int, int]] = field(default_factory=dict)
+
+    def state(self) -> VirtualServerState:
+        return VirtualServerState(
+            self.server,
+            {
+                key: RealServerState(real, *self.connections.get(key, (0, 0)))
+                for key, real in self.real_servers.items()
+            },
+        )
 
 
 def _refusal(code: int) -> OpError:
@@ -413,16 +439,11 @@ class FakeIPVS:
         )
 
     def dump(self) -> IPVSTable:
-        return {
-            key: VirtualServerState(
-                entry.server,
-                {
-                    rs_key: RealServerState(rs, *entry.connections.get(rs_key, (0, 0)))
-                    for rs_key, rs in entry.real_servers.items()
-                },
-            )
-            for key, entry in self._table.items()
-        }
+        return {key: entry.state() for key, entry in self._table.items()}
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        entry = self._table.get(key)
+        return None if entry is None else entry.state()
 
     def set_connections(
         self, virtual: VirtualServerKey, real: RealServerKey, active: int, inactive: int = 0

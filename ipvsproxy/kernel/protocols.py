@@ -24,12 +24,18 @@ from ipvsproxy.model import (
     OpError,
     RealServerKey,
     VirtualServerKey,
+    VirtualServerState,
 )
 
 
 class IPVSKernel(Protocol):
     def dump(self) -> IPVSTable:
         """Every virtual server with its real servers and counters."""
+        ...
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        """One virtual server with its real servers and counters, as ``dump`` would give it,
+        without reading the rest of the table; None when the kernel has no such one."""
         ...
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:

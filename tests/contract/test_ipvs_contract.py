@@ -111,6 +111,51 @@ def test_deletes_remove(ipvs: IPVSKernel, family: int) -> None:
     assert server.key not in ipvs.dump()
 
 
+@pytest.mark.parametrize("family", [4, 6])
+def test_one_virtual_server_reads_back_as_the_dump_has_it_and_only_it(
+    ipvs: IPVSKernel, family: int
+) -> None:
+    server = VirtualServer(_key(family), scheduler="wrr")
+    neighbour = VirtualServer(_key(family, port=443))
+    draining = _real(family, weight=0, port=9090)
+    ipvs.apply(
+        [
+            AddVirtualServer(server),
+            AddRealServer(server.key, _real(family, weight=4)),
+            AddRealServer(server.key, draining),
+            AddVirtualServer(neighbour),
+            AddRealServer(neighbour.key, _real(family, port=8443)),
+        ]
+    )
+
+    for key in (server.key, neighbour.key):
+        state = ipvs.virtual_server(key)
+        dumped = ipvs.dump()[key]
+        assert state is not None
+        assert state.server == dumped.server
+        assert {k: rs.server for k, rs in state.real_servers.items()} == {
+            k: rs.server for k, rs in dumped.real_servers.items()
+        }
+    state = ipvs.virtual_server(server.key)
+    assert state is not None
+    assert {k: rs.server for k, rs in state.real_servers.items()} == {
+        _real(family).key: _real(family, weight=4),
+        draining.key: draining,
+    }
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_virtual_server_the_kernel_lacks_reads_as_none(ipvs: IPVSKernel, family: int) -> None:
+    server = VirtualServer(_key(family))
+    assert ipvs.virtual_server(server.key) is None
+    ipvs.apply([AddVirtualServer(server), AddRealServer(server.key, _real(family))])
+
+    assert ipvs.virtual_server(_key(family, port=81)) is None
+    assert ipvs.virtual_server(_key(family, protocol=TransportProtocol.UDP)) is None
+    assert ipvs.apply([DeleteVirtualServer(server.key)]) == [None]
+    assert ipvs.virtual_server(server.key) is None
+
+
 def _errno(ipvs: IPVSKernel, op: object) -> int | None:
     (result,) = ipvs.apply([op])  # type: ignore[list-item]
     return None if result is None else result.errno

@@ -29,6 +29,7 @@ from ipvsproxy.model import (
     TransportProtocol,
     VirtualServer,
     VirtualServerKey,
+    VirtualServerState,
 )
 
 
@@ -95,6 +96,9 @@ class RefusingIPVS:
 
     def dump(self) -> IPVSTable:
         return self.inner.dump()
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        return self.inner.virtual_server(key)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         return [self.error if op in self.refuse else self.inner.apply([op])[0] for op in ops]
