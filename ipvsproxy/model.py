@@ -210,6 +210,15 @@ class ClusterSnapshot:
     node: Node | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChangedKeys:
+    """The Services and EndpointSlices that may differ from the previous reading of the
+    cluster: only these need comparing."""
+
+    services: frozenset[ObjectKey]
+    endpoint_slices: frozenset[ObjectKey]
+
+
 class SkipReason(enum.StrEnum):
     """Why something was skipped, as a metric label (``ipvsproxy_objects_skipped_total``)."""
 
@@ -653,3 +662,19 @@ class DesiredState:
         for rejection in self.rejections:
             counts[rejection.category] += 1
         return counts
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredChange:
+    """How a desired state differs from the one before it, as an incremental translation
+    found while making it: planning from this costs the change, not the cluster."""
+
+    # Each virtual server added, changed or removed, with its value before (None: not desired).
+    virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer | None]
+    # Entries by set name; the sets themselves always exist.
+    added_entries: Mapping[str, frozenset[str]]
+    removed_entries: Mapping[str, frozenset[str]]
+    bound: frozenset[IPAddress]
+    unbound: frozenset[IPAddress]
+    # The iptables rules differ from the previous desired state's.
+    iptables: bool

@@ -45,7 +45,14 @@ from ipvsproxy.cluster.parse import (
     parse_node,
     parse_service,
 )
-from ipvsproxy.model import ClusterSnapshot, ObjectKey, Rejection
+from ipvsproxy.model import (
+    ChangedKeys,
+    ClusterSnapshot,
+    EndpointSlice,
+    ObjectKey,
+    Rejection,
+    Service,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +126,8 @@ class Reflector(Generic[T]):
         self._lock = threading.Lock()
         self._store: dict[ObjectKey, T] = {}
         self._rejections: dict[ObjectKey, list[Rejection]] = {}
+        # Keys added, changed or deleted since ``take_items``; None: unknown (a list came).
+        self._touched: set[ObjectKey] | None = None
         self._resource_version = ""
         self._stream: LineStream | None = None
         self._closed = False
@@ -132,8 +141,17 @@ class Reflector(Generic[T]):
     def items(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
         """A copy of the store, and the problems of the objects in it."""
         with self._lock:
-            rejections = [r for problems in self._rejections.values() for r in problems]
-            return dict(self._store), rejections
+            return self._copy()
+
+    def take_items(self) -> tuple[dict[ObjectKey, T], list[Rejection], frozenset[ObjectKey] | None]:
+        """``items``, and the keys touched since the last call (None: any may have changed)."""
+        with self._lock:
+            touched, self._touched = self._touched, set()
+            return *self._copy(), None if touched is None else frozenset(touched)
+
+    def _copy(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
+        rejections = [r for problems in self._rejections.values() for r in problems]
+        return dict(self._store), rejections
 
     def relist(self) -> None:
         listing = list_all(self._api, self.resource, self._selectors, self._page_size)
@@ -150,6 +168,7 @@ class Reflector(Generic[T]):
                 rejections[key] = problems
         with self._lock:
             self._store, self._rejections = store, rejections
+            self._touched = None
             self._resource_version = listing.resource_version
         if self.synced.is_set():
             self._hooks.relisted(self.resource.plural.lower())
@@ -250,6 +269,8 @@ class Reflector(Generic[T]):
                 self._store[key] = item
             if problems:
                 self._rejections[key] = problems
+            if self._touched is not None:
+                self._touched.add(key)
             self._resource_version = event.resource_version
         self._hooks.changed(self.resource.plural.lower())
         self._on_change()
@@ -321,16 +342,36 @@ class ClusterInformer:
         return all(reflector.synced.wait(timeout) for reflector in self._reflectors)
 
     def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
-        services, service_problems = self.services.items()
-        slices, slice_problems = self.endpoint_slices.items()
+        return self._snapshot(self.services.items(), self.endpoint_slices.items())
+
+    def take_snapshot(self) -> tuple[ClusterSnapshot, list[Rejection], ChangedKeys | None]:
+        """``snapshot``, and the Services and EndpointSlices touched since the last call (None:
+        any may have changed); ``snapshot`` leaves them for this to take."""
+        services, service_problems, touched_services = self.services.take_items()
+        slices, slice_problems, touched_slices = self.endpoint_slices.take_items()
+        snapshot, rejections = self._snapshot(
+            (services, service_problems), (slices, slice_problems)
+        )
+        changed = (
+            None
+            if touched_services is None or touched_slices is None
+            else ChangedKeys(touched_services, touched_slices)
+        )
+        return snapshot, rejections, changed
+
+    def _snapshot(
+        self,
+        services: tuple[dict[ObjectKey, Service], list[Rejection]],
+        slices: tuple[dict[ObjectKey, EndpointSlice], list[Rejection]],
+    ) -> tuple[ClusterSnapshot, list[Rejection]]:
         nodes, node_problems = self.node.items()
         node = nodes.get(ObjectKey("", self.node_name))
-        rejections = [*service_problems, *slice_problems, *node_problems]
+        rejections = [*services[1], *slices[1], *node_problems]
         if node is None:
             rejections.append(Rejection(f"Node {self.node_name}", MISSING_NODE))
         snapshot = ClusterSnapshot(
-            services=MappingProxyType(services),
-            endpoint_slices=MappingProxyType(slices),
+            services=MappingProxyType(services[0]),
+            endpoint_slices=MappingProxyType(slices[0]),
             node=node,
         )
         return snapshot, rejections

@@ -6,11 +6,11 @@ snapshots and costs one identity check; a relisted one compares equal by value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ipvsproxy.model import ClusterSnapshot, ObjectKey
+from ipvsproxy.model import ChangedKeys, ClusterSnapshot, ObjectKey
 
 T = TypeVar("T")
 
@@ -20,26 +20,43 @@ class Changes:
     # Services whose Service object or any of whose EndpointSlices changed.
     services: frozenset[ObjectKey]
     service_objects: int
-    endpoint_slice_objects: int
+    endpoint_slices: frozenset[ObjectKey]
     # The Node changed: NodePorts, local endpoints and topology may all differ.
     node: bool
     # When the changes behind the changed slices happened (their trigger-time annotation).
     trigger_times: tuple[float, ...] = ()
 
     @property
+    def endpoint_slice_objects(self) -> int:
+        return len(self.endpoint_slices)
+
+    @property
     def any(self) -> bool:
         return bool(self.services) or self.node
 
 
-def _changed(before: Mapping[ObjectKey, T], after: Mapping[ObjectKey, T]) -> list[ObjectKey]:
-    changed = [k for k, old in before.items() if (new := after.get(k)) is not old and new != old]
-    changed += [k for k in after if k not in before]
-    return changed
+def _changed(
+    before: Mapping[ObjectKey, T], after: Mapping[ObjectKey, T], candidates: Iterable[ObjectKey]
+) -> list[ObjectKey]:
+    return [
+        key
+        for key in candidates
+        if (old := before.get(key)) is not (new := after.get(key)) and old != new
+    ]
 
 
-def diff(before: ClusterSnapshot, after: ClusterSnapshot) -> Changes:
-    services = _changed(before.services, after.services)
-    slices = _changed(before.endpoint_slices, after.endpoint_slices)
+def diff(
+    before: ClusterSnapshot, after: ClusterSnapshot, candidates: ChangedKeys | None = None
+) -> Changes:
+    """What changed; ``candidates``, when known, limits the comparison to those objects, so
+    that it costs the change rather than the cluster."""
+    if candidates is None:
+        candidates = ChangedKeys(
+            frozenset(before.services.keys() | after.services.keys()),
+            frozenset(before.endpoint_slices.keys() | after.endpoint_slices.keys()),
+        )
+    services = _changed(before.services, after.services, candidates.services)
+    slices = _changed(before.endpoint_slices, after.endpoint_slices, candidates.endpoint_slices)
     owners = {
         found.service
         for key in slices
@@ -49,7 +66,7 @@ def diff(before: ClusterSnapshot, after: ClusterSnapshot) -> Changes:
     return Changes(
         services=frozenset(services) | owners,
         service_objects=len(services),
-        endpoint_slice_objects=len(slices),
+        endpoint_slices=frozenset(slices),
         node=before.node != after.node,
         trigger_times=tuple(
             found.trigger_time

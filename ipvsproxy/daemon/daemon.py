@@ -172,10 +172,10 @@ class Daemon:
             self._pending.clear()
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
-        snapshot, rejections = self._source.snapshot()
+        snapshot, rejections, changed = self._source.snapshot()
         self.health.set_node(snapshot.node)
         try:
-            report = self.syncer.sync(snapshot, rejections)
+            report = self.syncer.sync(snapshot, rejections, changed)
         except Exception:
             # The next sync is a full one; meanwhile /healthz turns 503 if this persists.
             log.exception("sync failed")

@@ -8,13 +8,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.cluster.source import MANIFEST_SUFFIXES, SourceError, load_snapshot
-from ipvsproxy.model import ClusterSnapshot, Rejection
+from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Rejection
 
 log = logging.getLogger(__name__)
+
+
+class Reading(NamedTuple):
+    snapshot: ClusterSnapshot
+    rejections: list[Rejection]
+    # The Services and EndpointSlices that may have changed since the previous reading;
+    # None when the source cannot tell (a relist, a file read again).
+    changed: ChangedKeys | None = None
 
 
 class ClusterSource(Protocol):
@@ -26,7 +34,7 @@ class ClusterSource(Protocol):
         """True once the whole cluster has been read at least once."""
         ...
 
-    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]: ...
+    def snapshot(self) -> Reading: ...
 
 
 class ApiSource:
@@ -44,8 +52,8 @@ class ApiSource:
     def wait_for_sync(self, timeout: float) -> bool:
         return self._informer.wait_for_sync(timeout)
 
-    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
-        return self._informer.snapshot()
+    def snapshot(self) -> Reading:
+        return Reading(*self._informer.take_snapshot())
 
 
 # A file written twice within the file system's timestamp granularity keeps its mtime, and
@@ -112,11 +120,11 @@ class FileSource:
     def wait_for_sync(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
-    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
+    def snapshot(self) -> Reading:
         with self._lock:
             if self._current is None:
                 raise RuntimeError("snapshot() before the first reading")
-            return self._current
+            return Reading(*self._current)
 
     def _poll(self) -> None:
         seen: Signature | None = None

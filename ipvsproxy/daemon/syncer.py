@@ -2,8 +2,9 @@
 
 * full: on start, every sync period, after a sync that left something unapplied, when the
   Node changed, and never for less: the kernel is read whole and every difference repaired;
-* incremental: translate the snapshot, then plan only the virtual servers of the services
-  that changed since the last sync, against the state the last sync left (nothing is read);
+* incremental: update the kept translation with the Services and EndpointSlices that changed
+  since the last sync (as the source names them), and write only what that changed, against
+  the state the last sync left (nothing is read): its cost follows the change, not the cluster;
 * drain check: the virtual servers with real servers draining are read from the kernel so
   their connection counts are current, and the drained ones deleted.
 """
@@ -19,10 +20,11 @@ from types import MappingProxyType
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ClusterSnapshot, DesiredState, Rejection
+from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, IPVSTable, Rejection
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
-from ipvsproxy.reconcile.scoped import believed_state, services_virtual_servers
+from ipvsproxy.reconcile.scoped import NOTHING_READ
 from ipvsproxy.translate import ServiceCache, Settings, translate
+from ipvsproxy.translate.incremental import IncrementalTranslation, same_translation
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Syncer:
         self._clock = clock
         self._snapshot = EMPTY_SNAPSHOT
         self._translations = ServiceCache()
+        self._incremental = IncrementalTranslation(settings, self._translations)
         self._last_full: float | None = None
         self._full_needed = True
         self.drain_check_wanted = False
@@ -76,27 +79,33 @@ class Syncer:
     def full_sync_due(self) -> bool:
         return self._last_full is None or self._clock() - self._last_full >= self._sync_period
 
-    def sync(self, snapshot: ClusterSnapshot, rejections: list[Rejection]) -> SyncReport:
+    def sync(
+        self,
+        snapshot: ClusterSnapshot,
+        rejections: list[Rejection],
+        changed: ChangedKeys | None = None,
+    ) -> SyncReport:
+        """``changed``: the objects that may differ from the last snapshot given, if known."""
         started = time.perf_counter()
-        changes = diff(self._snapshot, snapshot)
+        # Until this sync has finished, a failure in it leaves the kernel and the kept
+        # translation in doubt (and ``changed`` lost): the next sync is then a full one.
+        in_doubt, self._full_needed = self._full_needed, True
+        changes = diff(self._snapshot, snapshot, None if in_doubt else changed)
         previous = self._reconciler.last_desired
-        full = self._full_needed or changes.node or previous is None or self.full_sync_due()
-        if full or changes.any or previous is None:
-            desired = translate(snapshot, self._settings, self._translations)
-            desired = replace(desired, rejections=(*rejections, *desired.rejections))
-        else:
-            # Nothing changed (a drain check): the cluster translates as it did last time.
-            desired = previous
-        # Until this sync has finished, a crash in it means the kernel is not what we think.
-        self._full_needed = True
+        full = in_doubt or changes.node or previous is None or self.full_sync_due()
         if full:
             mode = SyncMode.FULL
             self._last_full = self._clock()
+            desired = self._full_translation(snapshot, changes, trusted=not in_doubt)
+            desired = _with(rejections, desired)
             result = self._reconciler.sync(desired)
         else:
-            assert previous is not None
             mode = SyncMode.INCREMENTAL
-            result = self._incremental(desired, previous, changes)
+            translated = self._incremental.update(
+                snapshot, changes.services, changes.endpoint_slices
+            )
+            desired = _with(rejections, translated.desired)
+            result = self._reconciler.sync_change(desired, translated.change, self._drain_read())
         self.drain_check_wanted = False
         # A belief the kernel did not confirm is not a belief to plan against.
         self._full_needed = not result.ok or bool(result.held_back)
@@ -111,17 +120,35 @@ class Syncer:
             seconds=time.perf_counter() - started,
         )
 
-    def _incremental(
-        self, desired: DesiredState, previous: DesiredState, changes: Changes
-    ) -> SyncResult:
+    def _full_translation(
+        self, snapshot: ClusterSnapshot, changes: Changes, *, trusted: bool
+    ) -> DesiredState:
+        """The reference: ``translate`` of the whole snapshot. The kept translation, updated
+        first (so both share each service's share), must agree with it, or starts again."""
+        kept = (
+            self._incremental.update(snapshot, changes.services, changes.endpoint_slices).desired
+            if trusted and not changes.node and self._incremental.desired is not None
+            else None
+        )
+        desired = translate(snapshot, self._settings, self._translations)
+        if kept is None or not same_translation(kept, desired):
+            if kept is not None:
+                log.error("the kept translation differed from the whole one; starting it again")
+            self._incremental.rebuild(snapshot)
+        return desired
+
+    def _drain_read(self) -> IPVSTable:
+        """The draining virtual servers as the kernel has them, when a drain check is due."""
         drains = self._reconciler.drains
-        scope = services_virtual_servers(changes.services, previous, desired)
-        actual = believed_state(previous, drains, scope)
-        if self.drain_check_wanted and drains:
-            draining = frozenset(ref.virtual for ref in drains)
-            table = self._kernel.ipvs.dump()
-            read = {key: table[key] for key in draining if key in table}
-            actual = believed_state(previous, drains, scope | draining)
-            actual = replace(actual, ipvs=MappingProxyType({**actual.ipvs, **read}))
-            scope = scope | draining
-        return self._reconciler.sync(desired, actual, scope)
+        if not (self.drain_check_wanted and drains):
+            return NOTHING_READ
+        draining = {ref.virtual for ref in drains}
+        table = self._kernel.ipvs.dump()
+        return MappingProxyType({key: table[key] for key in draining if key in table})
+
+
+def _with(rejections: list[Rejection], desired: DesiredState) -> DesiredState:
+    """The desired state with the source's rejections (objects that did not parse) first."""
+    if not rejections:
+        return desired
+    return replace(desired, rejections=(*rejections, *desired.rejections))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from ipvsproxy.kernel.errors import EntryError
@@ -14,6 +14,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPSetContent,
     IPSetOp,
+    IPSetSpec,
 )
 
 
@@ -28,8 +29,11 @@ def _canonical(entry: str, set_type: str, family: IPFamily) -> str:
 
 def canonical_entries(content: IPSetContent) -> frozenset[str]:
     """The entries as the kernel lists them, so equal entries compare equal; bad ones as given."""
-    spec = content.spec
-    return frozenset(_canonical(entry, spec.set_type, spec.family) for entry in content.entries)
+    return _canonical_of(content.spec, content.entries)
+
+
+def _canonical_of(spec: IPSetSpec, entries: Iterable[str]) -> frozenset[str]:
+    return frozenset(_canonical(entry, spec.set_type, spec.family) for entry in entries)
 
 
 def plan_ipsets(
@@ -50,4 +54,20 @@ def plan_ipsets(
             ops.append(AddIPSetEntries(name, tuple(sorted(missing))))
         if extra := have - entries:
             ops.append(DeleteIPSetEntries(name, tuple(sorted(extra))))
+    return tuple(ops)
+
+
+def plan_entry_changes(
+    desired: Mapping[str, IPSetContent],
+    added: Mapping[str, frozenset[str]],
+    removed: Mapping[str, frozenset[str]],
+) -> tuple[IPSetOp, ...]:
+    """The entries that came and went, set by set, in ``plan_ipsets``'s order; the sets exist."""
+    ops: list[IPSetOp] = []
+    for name in sorted(added.keys() | removed.keys()):
+        spec = desired[name].spec
+        if name in added:
+            ops.append(AddIPSetEntries(name, tuple(sorted(_canonical_of(spec, added[name])))))
+        if name in removed:
+            ops.append(DeleteIPSetEntries(name, tuple(sorted(_canonical_of(spec, removed[name])))))
     return tuple(ops)

@@ -8,6 +8,7 @@ a failed op is simply planned again, and a new instance adopts whatever a previo
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,17 +16,18 @@ from types import MappingProxyType
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    DesiredChange,
     DesiredState,
+    IPVSTable,
     IPVSTimeouts,
     PlanOp,
     RealServerRef,
     RestoreIptables,
-    VirtualServerKey,
 )
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
-from ipvsproxy.reconcile.scoped import restrict
+from ipvsproxy.reconcile.scoped import NOTHING_READ, plan_change
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
 
@@ -97,31 +99,47 @@ class Reconciler:
             timeouts=self._settings.ipvs_timeouts,
         )
 
-    def sync(
-        self,
-        desired: DesiredState,
-        actual: KernelState | None = None,
-        scope: frozenset[VirtualServerKey] | None = None,
-    ) -> SyncResult:
-        """Make the kernel match ``desired``; with a ``scope``, only those virtual servers.
-
-        ``actual`` replaces reading the kernel; with a scope it must hold the scope's virtual
-        servers (see ``scoped.believed_state``). Drains outside the scope are kept as they are.
-        """
-        planned = desired if scope is None else restrict(desired, scope, self._record.desired)
-        plan = self.plan(planned, actual)
+    def sync(self, desired: DesiredState, actual: KernelState | None = None) -> SyncResult:
+        """Make the kernel match ``desired``; ``actual`` replaces reading the kernel."""
+        plan = self.plan(desired, actual)
         outcome = apply_plan(self._kernel, plan)
         attempted = [
             *plan.changes(),
             *(op for op in outcome.applied if isinstance(op, RestoreIptables)),
         ]
         drift = count_drift(attempted, self._record)
-        self._record = record_applied(desired, _not_applied(outcome))
-        kept = (
-            {}
-            if scope is None
-            else {r: d for r, d in self._drains.items() if r.virtual not in scope}
+        return self._applied(desired, plan, outcome, {}, drift)
+
+    def sync_change(
+        self, desired: DesiredState, change: DesiredChange, read: IPVSTable = NOTHING_READ
+    ) -> SyncResult:
+        """Write only ``change``, trusting that the kernel holds what the last sync applied
+        (see ``scoped``); ``read``: virtual servers just read from the kernel. Drains of other
+        virtual servers are kept as they are."""
+        plan = plan_change(
+            desired,
+            change,
+            read=read,
+            drains=self._drains,
+            now=self._clock(),
+            grace_period=self._settings.grace_period,
+            interface=self._settings.interface,
         )
+        outcome = apply_plan(self._kernel, plan)
+        scope = change.virtual_servers.keys() | read.keys()
+        kept = {ref: drain for ref, drain in self._drains.items() if ref.virtual not in scope}
+        # No drift: the plan holds what the cluster changed, not what a read of the kernel found.
+        return self._applied(desired, plan, outcome, kept, Counter())
+
+    def _applied(
+        self,
+        desired: DesiredState,
+        plan: SyncPlan,
+        outcome: ApplyOutcome,
+        kept: dict[RealServerRef, Drain],
+        drift: Counter[str],
+    ) -> SyncResult:
+        self._record = record_applied(desired, _not_applied(outcome))
         self._drains = kept | {drain.ref: drain for drain in plan.ipvs.draining}
         return SyncResult(
             plan=plan,

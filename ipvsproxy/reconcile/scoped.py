@@ -1,74 +1,54 @@
-"""An incremental sync: plan only some virtual servers, against what the last sync left.
+"""An incremental sync: plan only what changed, against what the last sync left.
 
 After a sync in which every op applied, the kernel holds the desired state it was given
 (plus the real servers still draining). An incremental sync trusts that: it reads nothing
-from the kernel, and plans only the virtual servers of the services that changed. A wrong
-belief (someone changed the kernel meanwhile) shows up as a failed op, which makes the
-caller's next sync a full one; the periodic full sync repairs whatever no op touched.
+from the kernel (but the draining virtual servers a drain check reads), and plans from the
+``DesiredChange`` alone — the virtual servers that changed, the ipset entries and addresses
+that came and went — so its cost follows the change, not the cluster. A wrong belief
+(someone changed the kernel meanwhile) shows up as a failed op, which makes the caller's
+next sync a full one; the periodic full sync repairs whatever no op touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
 from ipvsproxy.model import (
+    BindAddress,
+    DesiredChange,
     DesiredState,
-    IPSetContent,
-    ObjectKey,
+    DesiredVirtualServer,
+    IPVSTable,
     RealServer,
     RealServerKey,
     RealServerRef,
     RealServerState,
+    UnbindAddress,
     VirtualServerKey,
     VirtualServerState,
+    address_sort_key,
 )
-from ipvsproxy.reconcile.graceful import Drain
-from ipvsproxy.reconcile.ipsets import canonical_entries
-from ipvsproxy.reconcile.state import KernelState
+from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.ipsets import plan_entry_changes
+from ipvsproxy.reconcile.ipvs_plan import excluded, plan_ipvs
+from ipvsproxy.reconcile.syncplan import SyncPlan
+
+NOTHING_READ: IPVSTable = MappingProxyType({})
 
 
-def services_virtual_servers(
-    services: Collection[ObjectKey], *states: DesiredState
-) -> frozenset[VirtualServerKey]:
-    """The virtual servers any of ``states`` gives to one of ``services``."""
-    return frozenset(
-        key
-        for state in states
-        for key, wanted in state.virtual_servers.items()
-        if wanted.owner.service in services
-    )
-
-
-def restrict(
-    desired: DesiredState, scope: Collection[VirtualServerKey], previous: DesiredState | None
-) -> DesiredState:
-    """``desired`` with only the virtual servers in ``scope``, and no iptables restore when
-    the rules are the ones the previous sync wrote."""
-    wanted = desired.virtual_servers
-    return replace(
-        desired,
-        virtual_servers=MappingProxyType({k: wanted[k] for k in scope if k in wanted}),
-        iptables=()
-        if previous is not None and desired.iptables == previous.iptables
-        else desired.iptables,
-    )
-
-
-def believed_state(
-    previous: DesiredState,
-    drains: Mapping[RealServerRef, Drain],
-    scope: Iterable[VirtualServerKey],
-    interface_exists: bool = True,
-) -> KernelState:
-    """The kernel as the previous, fully applied, sync left it; IPVS only within ``scope``."""
+def believed_ipvs(
+    before: Mapping[VirtualServerKey, DesiredVirtualServer | None],
+    drains: Iterable[Drain],
+) -> dict[VirtualServerKey, VirtualServerState]:
+    """The virtual servers ``before`` names as the previous, fully applied, sync left them,
+    with ``drains`` (theirs) at weight 0."""
     draining: dict[VirtualServerKey, list[Drain]] = {}
-    for drain in drains.values():
+    for drain in drains:
         draining.setdefault(drain.ref.virtual, []).append(drain)
     table: dict[VirtualServerKey, VirtualServerState] = {}
-    for key in scope:
-        wanted = previous.virtual_servers.get(key)
+    for key, wanted in before.items():
         if wanted is None:
             continue
         # Connection counts are not known without reading the kernel: assume one, so that a
@@ -85,14 +65,60 @@ def believed_state(
                 inactive_connections=drain.inactive_connections,
             )
         table[key] = VirtualServerState(wanted.server, MappingProxyType(reals))
-    return KernelState(
-        ipvs=MappingProxyType(table),
-        interface_exists=interface_exists,
-        bound_addresses=previous.bound_addresses,
-        ipsets=MappingProxyType(
-            {
-                name: IPSetContent(content.spec, canonical_entries(content))
-                for name, content in previous.ipsets.items()
-            }
+    return table
+
+
+def plan_change(
+    desired: DesiredState,
+    change: DesiredChange,
+    *,
+    read: IPVSTable = NOTHING_READ,
+    drains: Mapping[RealServerRef, Drain],
+    now: float = 0.0,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    interface: str,
+) -> SyncPlan:
+    """Pure: the plan of an incremental sync; ``read``: virtual servers just read from the
+    kernel, planned as read (the drain check)."""
+    before = {
+        **change.virtual_servers,
+        **{key: desired.virtual_servers.get(key) for key in read},
+    }
+    drains = {ref: drain for ref, drain in drains.items() if ref.virtual in before}
+    actual = believed_ipvs(before, drains.values())
+    actual.update(read)
+    wanted = desired.virtual_servers
+    scoped = replace(
+        desired, virtual_servers=MappingProxyType({k: wanted[k] for k in before if k in wanted})
+    )
+    # The stale virtual servers' addresses were ours: ``owned_addresses`` asked of them alone.
+    owned = frozenset(
+        key.address
+        for key in actual
+        if key.address in desired.bound_addresses
+        or key.address in desired.node_addresses
+        or key.address in desired.node_port_addresses
+        or key.address in change.unbound
+    )
+    return SyncPlan(
+        sysctls=(),
+        interface=interface,
+        create_interface=False,
+        bind=tuple(BindAddress(a) for a in sorted(change.bound, key=address_sort_key)),
+        ipsets=plan_entry_changes(desired.ipsets, change.added_entries, change.removed_entries),
+        iptables=desired.iptables if change.iptables else (),
+        timeouts=(),
+        ipvs=plan_ipvs(
+            scoped,
+            actual,
+            owned,
+            drains={ref: drain.started for ref, drain in drains.items()},
+            now=now,
+            grace_period=grace_period,
+        ),
+        unbind=tuple(
+            UnbindAddress(a)
+            for a in sorted(change.unbound, key=address_sort_key)
+            if not excluded(a, desired)
         ),
     )

@@ -10,6 +10,7 @@ by name, so a newcomer never displaces what is already served.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -50,19 +51,34 @@ def conflict(key: VirtualServerKey, winner: Claim, loser: Claim) -> Rejection:
     )
 
 
+def settle(key: VirtualServerKey, claims: Iterable[Claim]) -> tuple[Claim, list[Rejection]]:
+    """The winning claim, and each other claim's rejection naming that winner, in rank order."""
+    winner, *losers = sorted(claims, key=Claim.rank)
+    return winner, [conflict(key, winner, loser) for loser in losers]
+
+
 class Claims(Generic[T]):
-    """Each virtual server's winning claim so far, with a value the caller keeps beside it."""
+    """Each virtual server's winning claim, with a value the caller keeps beside it."""
 
     def __init__(self) -> None:
         self.held: dict[VirtualServerKey, tuple[Claim, T]] = {}
+        self._lost: dict[VirtualServerKey, list[Claim]] = {}
 
-    def offer(self, key: VirtualServerKey, claim: Claim, value: T) -> Rejection | None:
-        """Take ``key`` for ``claim`` if it wins; the rejection of whichever claim lost."""
+    def offer(self, key: VirtualServerKey, claim: Claim, value: T) -> None:
+        """Take ``key`` for ``claim`` if it wins against the claims offered so far."""
         current = self.held.get(key)
         if current is None:
             self.held[key] = (claim, value)
-            return None
+            return
         if claim.rank() < current[0].rank():
             self.held[key] = (claim, value)
-            return conflict(key, claim, current[0])
-        return conflict(key, current[0], claim)
+            claim = current[0]
+        self._lost.setdefault(key, []).append(claim)
+
+    def rejections(self) -> list[Rejection]:
+        """One per losing claim, naming the claim that finally won (whatever the offer order)."""
+        return [
+            rejection
+            for key, losers in self._lost.items()
+            for rejection in settle(key, [self.held[key][0], *losers])[1]
+        ]

@@ -160,6 +160,39 @@ def _firewall_members(key: VirtualServerKey, firewall: Firewall) -> list[tuple[s
     return members
 
 
+# Every set of both families, in kube-proxy's order: kube-proxy creates them all, empty or not.
+SPECS: Mapping[str, IPSetSpec] = {
+    set_name(base, family): IPSetSpec(set_name(base, family), set_type, family, comment)
+    for base, (set_type, comment) in SETS.items()
+    for family in IPFamily
+}
+
+Member = tuple[str, str]  # (set name, entry)
+
+
+def virtual_server_members(
+    key: VirtualServerKey, desired: DesiredVirtualServer, local: bool, firewall: Firewall | None
+) -> list[Member]:
+    """What one winning virtual server puts in the sets (its bound address aside)."""
+    members = _members(key, desired, local)
+    if firewall is not None:
+        members += _firewall_members(key, firewall)
+    family = IPFamily.of(key.address)
+    return [(set_name(base, family), entry) for base, entry in members]
+
+
+def hairpin_member(protocol: TransportProtocol, real: RealServerKey) -> Member:
+    return set_name("KUBE-LOOP-BACK", IPFamily.of(real.address)), _hairpin_entry(protocol, real)
+
+
+def health_check_member(family: IPFamily, port: int) -> Member:
+    return set_name("KUBE-HEALTH-CHECK-NODE-PORT", family), str(port)
+
+
+def bound_address_member(address: IPAddress) -> Member:
+    return set_name("KUBE-IPVS-IPS", IPFamily.of(address)), str(address)
+
+
 def build_ipsets(
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer],
     *,
@@ -170,30 +203,19 @@ def build_ipsets(
     bound_addresses: Iterable[IPAddress],
 ) -> dict[str, IPSetContent]:
     """Every set for both families, empty ones included: kube-proxy creates them all."""
-    entries: dict[str, set[str]] = {
-        set_name(base, family): set() for base in SETS for family in IPFamily
-    }
+    entries: dict[str, set[str]] = {name: set() for name in SPECS}
 
-    def add(family: IPFamily, members: Iterable[tuple[str, str]]) -> None:
-        for base, entry in members:
-            entries[set_name(base, family)].add(entry)
+    def add(members: Iterable[Member]) -> None:
+        for name, entry in members:
+            entries[name].add(entry)
 
     for key, desired in virtual_servers.items():
-        family = IPFamily.of(key.address)
-        add(family, _members(key, desired, key in local_external))
-    for protocol, real in hairpin:
-        add(IPFamily.of(real.address), [("KUBE-LOOP-BACK", _hairpin_entry(protocol, real))])
-    for key, firewall in firewalls.items():
-        add(IPFamily.of(key.address), _firewall_members(key, firewall))
-    for family, ports in health_check_ports.items():
-        add(family, (("KUBE-HEALTH-CHECK-NODE-PORT", str(port)) for port in ports))
-    for address in bound_addresses:
-        add(IPFamily.of(address), [("KUBE-IPVS-IPS", str(address))])
-    result: dict[str, IPSetContent] = {}
-    for base, (set_type, comment) in SETS.items():
-        for family in IPFamily:
-            name = set_name(base, family)
-            result[name] = IPSetContent(
-                IPSetSpec(name, set_type, family, comment), frozenset(entries[name])
-            )
-    return result
+        add(virtual_server_members(key, desired, key in local_external, firewalls.get(key)))
+    add(hairpin_member(protocol, real) for protocol, real in hairpin)
+    add(
+        health_check_member(family, port)
+        for family, ports in health_check_ports.items()
+        for port in ports
+    )
+    add(map(bound_address_member, bound_addresses))
+    return {name: IPSetContent(spec, frozenset(entries[name])) for name, spec in SPECS.items()}

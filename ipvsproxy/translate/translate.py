@@ -73,7 +73,7 @@ def _scheduler(service: Service, settings: Settings) -> str:
 
 
 @dataclass(slots=True)
-class _ServiceState:
+class ServiceState:
     """One service's share of the desired state; each virtual server merged if it wins."""
 
     servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
@@ -86,7 +86,7 @@ class _ServiceState:
     rejections: list[Rejection] = field(default_factory=list)
 
 
-def _usable(address: IPAddress, what: str, service: Service, state: _ServiceState) -> bool:
+def _usable(address: IPAddress, what: str, service: Service, state: ServiceState) -> bool:
     reason = unusable_reason(address)
     if reason is not None:
         state.rejections.append(
@@ -100,7 +100,7 @@ def _usable(address: IPAddress, what: str, service: Service, state: _ServiceStat
 
 
 def _addresses(
-    raws: Iterable[str], what: str, service: Service, state: _ServiceState, cache: AddressCache
+    raws: Iterable[str], what: str, service: Service, state: ServiceState, cache: AddressCache
 ) -> list[IPAddress]:
     """The addresses among ``raws`` that parse and may be bound; the others each rejected."""
     found: list[IPAddress] = []
@@ -116,7 +116,7 @@ def _addresses(
 
 
 def _not_the_nodes(
-    address: IPAddress, node: NodeFacts, service: Service, state: _ServiceState
+    address: IPAddress, node: NodeFacts, service: Service, state: ServiceState
 ) -> bool:
     """A cluster IP is bound on kube-ipvs0: never one of the node's own addresses."""
     if address not in node.addresses:
@@ -132,7 +132,7 @@ def _not_the_nodes(
 
 
 def _allowed_external(
-    address: IPAddress, service: Service, settings: Settings, state: _ServiceState
+    address: IPAddress, service: Service, settings: Settings, state: ServiceState
 ) -> bool:
     ranges = settings.external_ip_ranges
     if not ranges or any(address in network for network in ranges):
@@ -147,7 +147,7 @@ def _allowed_external(
     return False
 
 
-def _source_ranges(service: Service, state: _ServiceState) -> tuple[tuple[IPNetwork, ...], bool]:
+def _source_ranges(service: Service, state: ServiceState) -> tuple[tuple[IPNetwork, ...], bool]:
     """The parsed loadBalancerSourceRanges, and whether any could not be parsed."""
     ranges: list[IPNetwork] = []
     broken = False
@@ -192,9 +192,9 @@ def _service_state(
     settings: Settings,
     node: NodeFacts,
     cache: AddressCache,
-) -> _ServiceState:
+) -> ServiceState:
     """This service's virtual servers, addresses and ipset inputs."""
-    state = _ServiceState()
+    state = ServiceState()
     scheduler = _scheduler(service, settings)
     flags = ServiceFlags.PERSISTENT if service.session_affinity_timeout else ServiceFlags.NONE
     if scheduler == "mh":
@@ -288,7 +288,7 @@ def _usable_endpoints(
     node: NodeFacts,
     local_only: bool,
     internal: bool,
-    state: _ServiceState,
+    state: ServiceState,
 ) -> dict[RealServerKey, Endpoint]:
     """The endpoints a virtual server gets; Local with none on this node falls back as kube-proxy.
 
@@ -316,7 +316,7 @@ class ServiceCache:
         self._context: tuple[NodeFacts, Settings] | None = None
         self._entries: dict[
             # The share, or why the service was rejected.
-            ObjectKey, tuple[Service, tuple[EndpointSlice, ...], _ServiceState | str]
+            ObjectKey, tuple[Service, tuple[EndpointSlice, ...], ServiceState | str]
         ] = {}
 
     def begin(
@@ -328,9 +328,13 @@ class ServiceCache:
         elif len(self._entries) > len(services):
             self._entries = {k: v for k, v in self._entries.items() if k in services}
 
+    def forget(self, key: ObjectKey) -> None:
+        """The service is gone: its share is not kept."""
+        self._entries.pop(key, None)
+
     def service_state(
-        self, service: Service, slices: list[EndpointSlice], translate: Callable[[], _ServiceState]
-    ) -> _ServiceState:
+        self, service: Service, slices: list[EndpointSlice], translate: Callable[[], ServiceState]
+    ) -> ServiceState:
         """The cached share if nothing it came from changed, else ``translate()``'s, kept."""
         entry = self._entries.get(service.key)
         if (
@@ -361,19 +365,74 @@ class _Merged:
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
 
-    def take(self, key: VirtualServerKey, found: _ServiceState, node: NodeFacts) -> None:
+    def take(self, key: VirtualServerKey, found: ServiceState, node: NodeFacts) -> None:
         wanted = found.servers[key]
         self.servers[key] = wanted
         if key in found.local_external:
             self.local_external.add(key)
         if key in found.firewalls:
             self.firewalls[key] = found.firewalls[key]
-        # An external or LB IP the node already has is served there, not bound again;
-        # cluster IPs are always bound, as kube-proxy does.
-        on_node = wanted.kind is AddressKind.NODE_PORT or (
-            wanted.kind is not AddressKind.CLUSTER_IP and key.address in node.addresses
+        (self.nodes if on_node(key, wanted, node) else self.bound).add(key.address)
+
+
+def on_node(key: VirtualServerKey, wanted: DesiredVirtualServer, node: NodeFacts) -> bool:
+    """Whether the virtual server's address is the node's own rather than bound on kube-ipvs0.
+
+    An external or LB IP the node already has is served there, not bound again; cluster IPs
+    are always bound, as kube-proxy does.
+    """
+    return wanted.kind is AddressKind.NODE_PORT or (
+        wanted.kind is not AddressKind.CLUSTER_IP and key.address in node.addresses
+    )
+
+
+def unhandled_slice(key: ObjectKey, endpoint_slice: EndpointSlice) -> Rejection | None:
+    """Why the slice is left out, if it is: an address type kube-proxy does not proxy."""
+    if endpoint_slice.address_type in HANDLED_ADDRESS_TYPES:
+        return None
+    return Rejection(
+        f"EndpointSlice {key}", f"addressType {endpoint_slice.address_type!r} is not handled"
+    )
+
+
+def proxied(service: Service, settings: Settings) -> bool:
+    """A service this proxy programs: ours, not an ExternalName, not headless."""
+    headless = not service.cluster_ips or service.cluster_ips[0] == "None"
+    if service.type is ServiceType.EXTERNAL_NAME or headless:
+        return False
+    return _is_ours(service, settings)
+
+
+def health_check_node_port(service: Service) -> int | None:
+    """The port kube-proxy serves this service's health checks on, if it has one."""
+    if (
+        service.type is ServiceType.LOAD_BALANCER
+        and service.external_traffic_policy is TrafficPolicy.LOCAL
+        and service.health_check_node_port
+    ):
+        return service.health_check_node_port
+    return None
+
+
+def translate_service(
+    service: Service,
+    slices: list[EndpointSlice],
+    settings: Settings,
+    node: NodeFacts,
+    addresses: AddressCache,
+    *,
+    cache: ServiceCache | None,
+) -> ServiceState | Rejection:
+    """One proxied service's share of the desired state, or why it has none."""
+    translate_one = partial(_service_state, service, slices, settings, node, addresses)
+    try:
+        return (
+            translate_one()
+            if cache is None
+            else cache.service_state(service, slices, translate_one)
         )
-        (self.nodes if on_node else self.bound).add(key.address)
+    except _Rejected as error:
+        return Rejection(f"Service {service.key}", str(error))
 
 
 @without_cyclic_gc
@@ -384,58 +443,41 @@ def translate(
     rejections: list[Rejection] = []
     for slice_key in sorted(snapshot.endpoint_slices, key=str):
         endpoint_slice = snapshot.endpoint_slices[slice_key]
-        if endpoint_slice.address_type not in HANDLED_ADDRESS_TYPES:
-            rejections.append(
-                Rejection(
-                    f"EndpointSlice {slice_key}",
-                    f"addressType {endpoint_slice.address_type!r} is not handled",
-                )
-            )
+        unhandled = unhandled_slice(slice_key, endpoint_slice)
+        if unhandled is not None:
+            rejections.append(unhandled)
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
     node = node_facts(snapshot, settings)
     addresses = AddressCache()
     if cache is not None:
         cache.begin(node, settings, snapshot.services)
-    claims: Claims[_ServiceState] = Claims()
+    claims: Claims[ServiceState] = Claims()
     hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
     health_checks: dict[ObjectKey, int] = {}
     no_local_endpoints = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
     health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
-        headless = not service.cluster_ips or service.cluster_ips[0] == "None"
-        if service.type is ServiceType.EXTERNAL_NAME or headless:
-            continue
-        if not _is_ours(service, settings):
+        if not proxied(service, settings):
             continue
         slices = slices_by_service.get(key, [])
-        translate_service = partial(_service_state, service, slices, settings, node, addresses)
-        try:
-            found = (
-                translate_service()
-                if cache is None
-                else cache.service_state(service, slices, translate_service)
-            )
-        except _Rejected as error:
-            rejections.append(Rejection(f"Service {key}", str(error)))
+        found = translate_service(service, slices, settings, node, addresses, cache=cache)
+        if isinstance(found, Rejection):
+            rejections.append(found)
             continue
         rejections += found.rejections
         hairpin |= found.hairpin
         for vs_key, wanted in found.servers.items():
-            lost = claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
-            if lost is not None:
-                rejections.append(lost)
+            claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
         for scope in found.no_local_endpoints:
             no_local_endpoints[scope] += 1
-        if (
-            service.type is ServiceType.LOAD_BALANCER
-            and service.external_traffic_policy is TrafficPolicy.LOCAL
-            and service.health_check_node_port
-        ):
-            health_checks[key] = service.health_check_node_port
+        port = health_check_node_port(service)
+        if port is not None:
+            health_checks[key] = port
             for family in {IPFamily.of(vs.address) for vs in found.servers}:
-                health_check_ports[family].add(service.health_check_node_port)
+                health_check_ports[family].add(port)
+    rejections += claims.rejections()
     merged = _Merged()
     for vs_key, (_, found) in claims.held.items():
         merged.take(vs_key, found, node)

@@ -15,7 +15,7 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiConnection, Timeouts, connect
 from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
 from ipvsproxy.cluster.source import load_objects
-from ipvsproxy.model import ObjectKey
+from ipvsproxy.model import ChangedKeys, ObjectKey
 from tests.api.conftest import FAST_RETRY
 from tests.api.fake_apiserver import SERVICE, FakeApiServer
 from tests.api.test_read_cluster import EXAMPLE, service
@@ -134,6 +134,25 @@ def test_added_modified_and_deleted_objects_are_applied(
     assert changes.wait_until(lambda: informer.snapshot() == (read.snapshot, read.rejections))
 
 
+def test_a_taken_snapshot_names_the_objects_the_watch_touched_since_the_last(
+    fake: FakeApiServer, informer: ClusterInformer, changes: Changes
+) -> None:
+    # Right after the list, anything may have changed.
+    first, _, changed = informer.take_snapshot()
+    assert changed is None and WEB in first.services
+    fake.apply(with_port(web(), 8080))
+    fake.delete("EndpointSlice", "data", "db-h5v1n")
+    assert changes.wait_until(lambda: web_port(informer) == 8080)
+    assert changes.wait_until(
+        lambda: ObjectKey("data", "db-h5v1n") not in informer.snapshot()[0].endpoint_slices
+    )
+    # ``snapshot`` leaves the touched keys for ``take_snapshot``, which takes them once.
+    snapshot, _, changed = informer.take_snapshot()
+    assert changed == ChangedKeys(frozenset({WEB}), frozenset({ObjectKey("data", "db-h5v1n")}))
+    assert snapshot.services[WEB].ports[0].port == 8080
+    assert informer.take_snapshot()[2] == ChangedKeys(frozenset(), frozenset())
+
+
 def test_a_bookmark_moves_the_version_so_a_rewatch_needs_no_relist(
     fake: FakeApiServer, informer: ClusterInformer, changes: Changes
 ) -> None:
@@ -183,6 +202,7 @@ def test_a_restart_that_keeps_the_history_needs_no_relist(
 def test_410_after_a_restart_relists_and_catches_up(
     fake: FakeApiServer, informer: ClusterInformer, changes: Changes
 ) -> None:
+    informer.take_snapshot()
     fake.stop()
     # While the server is down the cluster moves on, and its watch history is compacted.
     fake.delete("Service", "data", "db")
@@ -195,6 +215,8 @@ def test_410_after_a_restart_relists_and_catches_up(
     )
     assert requests_for(fake, watch=False) == 2
     assert informer.services.resource_version == str(fake.resource_version)
+    # After the relist, the watch's touched keys cannot tell what changed.
+    assert informer.take_snapshot()[2] is None
 
 
 def test_a_stalled_stream_is_abandoned_and_the_watch_resumes(

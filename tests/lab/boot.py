@@ -75,6 +75,11 @@ BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
 # The lab kernel's memory; the scale benchmark's 10,000-service cluster needs more than tests do.
 MEMORY_VARIABLE = "IPVSPROXY_LAB_MEM"
 NO_TESTS_COLLECTED = 5
+# UML maps the guest's memory into each host process that runs a guest process, page by page:
+# a guest process past ~250 MB resident (sync --once at 10,000 services) passes the host's
+# default of 65,530 maps per process, and UML kills it ("ran out of memory on the host side").
+MAP_COUNT_FILE = Path("/proc/sys/vm/max_map_count")
+LAB_MAP_COUNT = 1_048_576
 
 
 def _missing_commands() -> list[str]:
@@ -106,6 +111,16 @@ def unavailable_reason() -> str | None:
     if not any(UML_MODULES_ROOT.glob("*/kernel")):
         return f"no User-Mode Linux modules under {UML_MODULES_ROOT}"
     return None
+
+
+def ensure_map_count(setting: Path = MAP_COUNT_FILE, wanted: int = LAB_MAP_COUNT) -> None:
+    """Raise the host's per-process map limit to ``wanted`` if it is lower (root only)."""
+    try:
+        if int(setting.read_text()) >= wanted:
+            return
+        setting.write_text(f"{wanted}\n")
+    except OSError as error:
+        print(f"lab: could not raise {setting} to {wanted} ({error}); big guest processes may die")
 
 
 def _init_script(
@@ -152,6 +167,7 @@ def run_in_lab(
 ) -> int:
     """Boot one lab kernel, run ``command_args`` in it with ``lab_env`` added to its environment
     and return their exit status. The console goes to ``console`` (default: our stdout)."""
+    ensure_map_count()
     scratch = Path(tempfile.mkdtemp(prefix="ipvsproxy-lab-"))
     try:
         for version_dir in UML_MODULES_ROOT.iterdir():

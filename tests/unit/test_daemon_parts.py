@@ -22,7 +22,7 @@ from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import RACY_WINDOW_NS, FileSource, signature_of
-from ipvsproxy.model import ClusterSnapshot, Node, ObjectKey
+from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Node, ObjectKey
 from tests.daemon_kit import NODE, cluster, endpoint_slice, service
 
 
@@ -180,6 +180,15 @@ def test_changes_name_the_services_of_changed_services_and_slices() -> None:
     assert before.node is not None
     moved = replace(before, node=replace(before.node, addresses=("10.0.0.1",)))
     assert diff(before, moved).node and diff(before, moved).any
+    # Told which objects the watch touched, only those are compared: a touched object that
+    # came back the same is no change, and a slice names its service.
+    touched = ChangedKeys(
+        frozenset({ObjectKey("default", "svc-4"), ObjectKey("default", "svc-2")}),
+        frozenset({ObjectKey("default", "svc-1-abcde")}),
+    )
+    found = diff(before, snapshot(changed), touched)
+    assert found.services == {ObjectKey("default", n) for n in ("svc-1", "svc-4")}
+    assert found.endpoint_slices == {ObjectKey("default", "svc-1-abcde")}
 
 
 # -- logs, labels, addresses -------------------------------------------------------------------

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from ipaddress import ip_address
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.syncer import Syncer, SyncMode
+from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.model import (
     AddRealServer,
+    ChangedKeys,
     ClusterSnapshot,
     DeleteRealServer,
     DeleteVirtualServer,
+    IPFamily,
     ObjectKey,
     RealServer,
     RealServerKey,
+    SkipReason,
     TransportProtocol,
     UpdateRealServer,
     VirtualServerKey,
 )
 from ipvsproxy.reconcile.reconciler import Reconciler
-from ipvsproxy.translate import Settings
+from ipvsproxy.translate import Settings, translate
 from tests.daemon_kit import NODE, RecordingKernel, cluster, endpoint_slice, service
+from tests.unit.test_translate_incremental import Cluster, comparable, step
+from tests.unit.test_translate_rules import ep, eps, svc, vs
 
 SERVICES = 1000
 
@@ -191,3 +203,102 @@ def test_a_node_change_is_a_full_sync() -> None:
     after = replace(before, node=replace(before.node, labels={"topology.kubernetes.io/zone": "b"}))
     clock.now = 1.0
     assert syncer.sync(after, []).mode is SyncMode.FULL
+
+
+def kernel_state(fake: FakeKernel) -> tuple[object, ...]:
+    return (
+        fake.ipvs.dump(),
+        fake.addresses.addresses("kube-ipvs0"),
+        fake.ipsets.list_sets(),
+        tuple(fake.iptables.netfilter.save(family) for family in IPFamily),
+    )
+
+
+def fake_syncer(clock: Clock) -> tuple[FakeKernel, Syncer]:
+    fake = FakeKernel()
+    kernel = fake.kernel()
+    reconciler = Reconciler(kernel, clock=clock)
+    return fake, Syncer(kernel, Settings(), sync_period=1e9, reconciler=reconciler, clock=clock)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150)
+@given(st.lists(step, max_size=10), st.lists(step, min_size=1, max_size=12))
+def test_incremental_syncs_leave_the_kernel_as_one_full_sync_does(
+    start: list[Any], changes: list[Any]
+) -> None:
+    clock = Clock()
+    cluster = Cluster()
+    for change in start:
+        cluster.apply(change)
+    fake, syncer = fake_syncer(clock)
+    assert syncer.sync(cluster.snapshot, []).mode is SyncMode.FULL
+    for change in changes:
+        snapshot, services, slices = cluster.apply(change)
+        clock.now += 1.0
+        report = syncer.sync(snapshot, [], ChangedKeys(frozenset(services), frozenset(slices)))
+        assert report.mode is SyncMode.INCREMENTAL and report.result.ok, report.result.failures
+        assert comparable(report.desired) == comparable(translate(snapshot, Settings()))
+    # The fake's real servers have no connections: the drain check deletes the drained ones.
+    syncer.drain_check_wanted = True
+    syncer.sync(cluster.snapshot, [], ChangedKeys(frozenset(), frozenset()))
+    reference, once = fake_syncer(Clock())
+    assert once.sync(cluster.snapshot, []).result.ok
+    assert kernel_state(fake) == kernel_state(reference)
+
+
+def test_the_loser_of_a_virtual_server_takes_it_over_in_the_kernel_when_the_winner_goes() -> None:
+    clock = Clock()
+    cluster = Cluster()
+    older = svc({"clusterIP": "10.96.0.5"}, name="old", creationTimestamp="2024-01-01T00:00:00Z")
+    newer = svc({"clusterIP": "10.96.0.5"}, name="new", creationTimestamp="2025-06-01T00:00:00Z")
+    cluster.apply(older)
+    cluster.apply(eps([ep("10.1.0.1")], service="old", name="e-old"))
+    cluster.apply(newer)
+    snapshot, _, _ = cluster.apply(eps([ep("10.1.0.2")], service="new", name="e-new"))
+    fake, syncer = fake_syncer(clock)
+    syncer.sync(snapshot, [])
+    key = vs("TCP", "10.96.0.5", 80)
+    old_real, new_real = (RealServerKey(ip_address(a), 8080) for a in ("10.1.0.1", "10.1.0.2"))
+    assert set(fake.ipvs.dump()[key].real_servers) == {old_real}
+    clock.now = 1.0
+    snapshot, services, _ = cluster.apply(("Service", "old"))
+    report = syncer.sync(snapshot, [], ChangedKeys(frozenset(services), frozenset()))
+    assert report.mode is SyncMode.INCREMENTAL
+    assert report.desired.virtual_servers[key].owner.service == ObjectKey("ns", "new")
+    assert not [r for r in report.desired.rejections if r.category is SkipReason.ADDRESS_CONFLICT]
+    reals = fake.ipvs.dump()[key].real_servers
+    # The new owner's endpoint serves; the old one's drains (weight 0).
+    assert reals[new_real].server.weight == 1 and reals[old_real].server.weight == 0
+    assert ip_address("10.96.0.5") in fake.addresses.addresses("kube-ipvs0")
+    assert "10.96.0.5,tcp:80" in fake.ipsets.list_sets()["KUBE-CLUSTER-IP"].entries
+    # The old one comes back, still older: it wins the virtual server again.
+    clock.now = 2.0
+    snapshot, services, _ = cluster.apply(older)
+    report = syncer.sync(snapshot, [], ChangedKeys(frozenset(services), frozenset()))
+    assert report.desired.virtual_servers[key].owner.service == ObjectKey("ns", "old")
+    assert fake.ipvs.dump()[key].real_servers[old_real].server.weight == 1
+
+
+def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    _, syncer = make(clock)
+    objects = cluster(3)
+    syncer.sync(snapshot(objects), [])
+    # As a bug would: the kept translation believes in two services that do not exist.
+    stray = snapshot(cluster(5))
+    syncer._incremental.update(stray, stray.services, stray.endpoint_slices)
+    clock.now = 31.0
+    nothing = ChangedKeys(frozenset(), frozenset())
+    with caplog.at_level(logging.ERROR):
+        full = syncer.sync(snapshot(objects), [], nothing)
+    assert full.mode is SyncMode.FULL
+    assert "kept translation differed" in caplog.text
+    assert comparable(full.desired) == comparable(translate(snapshot(objects), Settings()))
+    clock.now = 32.0
+    changed = replaced(objects, endpoint_slice(0, endpoints=3))
+    touched = ChangedKeys(frozenset(), frozenset({ObjectKey("default", "svc-0-abcde")}))
+    report = syncer.sync(snapshot(changed), [], touched)
+    assert report.mode is SyncMode.INCREMENTAL
+    assert comparable(report.desired) == comparable(translate(snapshot(changed), Settings()))

@@ -1,12 +1,17 @@
-"""Backend choice as iptables-wrappers makes it, and iptables' complaints in one line."""
+"""Backend choice as iptables-wrappers makes it, iptables' complaints in one line, and how the
+commands are started."""
 
 from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.backend import Probe, choose_backend, probe_of
-from ipvsproxy.kernel.iptables.command import refusal
+from ipvsproxy.kernel.iptables.command import refusal, run
 from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.model import IPFamily
 
@@ -66,3 +71,23 @@ def test_refusal_is_one_line_naming_the_input_line() -> None:
 def test_a_missing_binary_is_one_clear_error() -> None:
     with pytest.raises(IptablesError, match=r"^iptables-nosuch-save is not installed"):
         IptablesRestore(backend="nosuch").our_chains(IPFamily.IPV4)
+
+
+def test_a_command_is_started_by_the_path_found_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = tmp_path / "iptables-fake-save"
+    tool.write_text("#!/bin/sh\necho saved\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(args: list[str], **options: Any) -> subprocess.Popen[str]:
+        started.append(args)
+        return real_popen(args, **options)
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+
+    assert run(["iptables-fake-save", "-t", "nat"]) == "saved\n"
+    assert started == [[str(tool), "-t", "nat"]]

@@ -1,10 +1,13 @@
-"""The lab runner's own logic: shares of the tests per boot, and one status from several."""
+"""The lab runner's own logic: shares of the tests per boot, one status from several, and the
+host's map limit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.lab.boot import merged_status
+from tests.lab.boot import ensure_map_count, merged_status
 from tests.lab.shard import parse_shard, share
 
 
@@ -29,3 +32,17 @@ def test_shares_cover_every_test_once_in_order() -> None:
 )
 def test_statuses_merge_as_one_pytest_run_would_report(statuses: list[int], merged: int) -> None:
     assert merged_status(statuses) == merged
+
+
+def test_the_hosts_map_limit_is_raised_for_big_guest_processes(tmp_path: Path) -> None:
+    setting = tmp_path / "max_map_count"
+    setting.write_text("65530\n")
+    ensure_map_count(setting, 1_000_000)
+    assert int(setting.read_text()) == 1_000_000
+
+
+def test_a_higher_map_limit_is_left_as_it_is(tmp_path: Path) -> None:
+    setting = tmp_path / "max_map_count"
+    setting.write_text("2000000\n")
+    ensure_map_count(setting, 1_000_000)
+    assert setting.read_text() == "2000000\n"

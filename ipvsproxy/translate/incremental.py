@@ -1,0 +1,404 @@
+"""The desired state kept from one sync to the next, updated by the services that changed.
+
+``translate`` reads the whole snapshot. The daemon knows which Services and EndpointSlices
+changed, so this keeps what ``translate`` merges — every claim on each virtual server, each
+winner's ipset entries and address (reference-counted: services and virtual servers share
+entries), each service's rejections — and replaces only the changed services' shares. A
+virtual server whose winner goes away passes to the best remaining claim, as ``translate``
+would settle it. The result equals ``translate`` of the same snapshot (a property test holds
+it to that), and comes with the ``DesiredChange`` against the previous result, so that a sync
+after one change costs that change, not the cluster.
+
+Not thread-safe; an exception in ``update`` leaves the state unusable until ``rebuild``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Generic, TypeVar
+
+from ipvsproxy.model import (
+    TRAFFIC_POLICY_SCOPES,
+    ClusterSnapshot,
+    DesiredChange,
+    DesiredState,
+    DesiredVirtualServer,
+    EndpointSlice,
+    IPAddress,
+    IPFamily,
+    IPSetContent,
+    ObjectKey,
+    Rejection,
+    Service,
+    VirtualServerKey,
+)
+from ipvsproxy.translate.conflicts import Claim, settle
+from ipvsproxy.translate.endpoints import AddressCache
+from ipvsproxy.translate.ipsets import (
+    SPECS,
+    Member,
+    bound_address_member,
+    hairpin_member,
+    health_check_member,
+    virtual_server_members,
+)
+from ipvsproxy.translate.iptables import build_iptables
+from ipvsproxy.translate.node import NodeFacts, node_facts
+from ipvsproxy.translate.settings import Settings
+from ipvsproxy.translate.translate import (
+    ServiceCache,
+    ServiceState,
+    health_check_node_port,
+    on_node,
+    proxied,
+    translate_service,
+    unhandled_slice,
+)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class _Counted(Generic[K]):
+    """Reference counts, and for the items that came or went since ``delta``, whether each
+    was there before."""
+
+    def __init__(self) -> None:
+        self.counts: dict[K, int] = {}
+        self._before: dict[K, bool] = {}
+
+    def add(self, item: K) -> None:
+        count = self.counts.get(item, 0)
+        if not count:
+            self._before.setdefault(item, False)
+        self.counts[item] = count + 1
+
+    def remove(self, item: K) -> None:
+        count = self.counts[item]
+        if count == 1:
+            del self.counts[item]
+            self._before.setdefault(item, True)
+        else:
+            self.counts[item] = count - 1
+
+    def delta(self) -> tuple[frozenset[K], frozenset[K]]:
+        """What came and what went since the last call."""
+        now = self.counts
+        came = frozenset(item for item, was in self._before.items() if not was and item in now)
+        went = frozenset(item for item, was in self._before.items() if was and item not in now)
+        self._before = {}
+        return came, went
+
+
+@dataclass(frozen=True, slots=True)
+class _Share:
+    """What one service brings, whichever virtual servers it wins."""
+
+    state: ServiceState | None  # None: rejected whole
+    # Its hairpin and health-check entries.
+    members: tuple[Member, ...]
+    health_check: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Won:
+    """What one virtual server brings while its winner holds it."""
+
+    wanted: DesiredVirtualServer
+    members: tuple[Member, ...]
+    on_node: bool
+    blocks_node: bool  # a firewall that leaves the node out: an iptables rule
+
+
+@dataclass(frozen=True, slots=True)
+class Translated:
+    desired: DesiredState
+    # Against the previous ``desired``.
+    change: DesiredChange
+
+
+class IncrementalTranslation:
+    def __init__(self, settings: Settings, cache: ServiceCache | None = None) -> None:
+        self._settings = settings
+        self._cache = cache if cache is not None else ServiceCache()
+        self._reset(None)
+
+    def _reset(self, node: NodeFacts | None) -> None:
+        self._node = node
+        self._desired: DesiredState | None = None
+        self._slices: dict[ObjectKey, dict[ObjectKey, EndpointSlice]] = {}
+        self._slice_owners: dict[ObjectKey, ObjectKey] = {}
+        self._slice_rejections: dict[ObjectKey, Rejection] = {}
+        self._shares: dict[ObjectKey, _Share] = {}
+        self._service_rejections: dict[ObjectKey, tuple[Rejection, ...]] = {}
+        self._claims: dict[VirtualServerKey, dict[ObjectKey, Claim]] = {}
+        self._conflicts: dict[VirtualServerKey, list[Rejection]] = {}
+        self._won: dict[VirtualServerKey, _Won] = {}
+        self._servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
+        self._servers_before: dict[VirtualServerKey, DesiredVirtualServer | None] = {}
+        self._entries: dict[str, _Counted[str]] = {name: _Counted() for name in SPECS}
+        self._bound: _Counted[IPAddress] = _Counted()
+        self._nodes: _Counted[IPAddress] = _Counted()
+        self._blocked: set[VirtualServerKey] = set()
+        self._health_checks: dict[ObjectKey, int] = {}
+        self._no_local = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
+        self._rejections_changed = self._blocked_changed = self._health_checks_changed = True
+
+    @property
+    def desired(self) -> DesiredState | None:
+        return self._desired
+
+    def rebuild(self, snapshot: ClusterSnapshot) -> DesiredState:
+        """Forget everything and translate the whole snapshot."""
+        node = node_facts(snapshot, self._settings)
+        self._reset(node)
+        self._cache.begin(node, self._settings, snapshot.services)
+        return self.update(snapshot, snapshot.services, snapshot.endpoint_slices).desired
+
+    def update(
+        self,
+        snapshot: ClusterSnapshot,
+        services: Iterable[ObjectKey],
+        endpoint_slices: Iterable[ObjectKey],
+    ) -> Translated:
+        """The desired state after the given Services and EndpointSlices changed in
+        ``snapshot`` (added, changed or deleted); the Node must be the last rebuild's."""
+        if self._node is None:
+            raise RuntimeError("update() before rebuild()")
+        changed = set(services)
+        for key in endpoint_slices:
+            changed |= self._reindex_slice(key, snapshot.endpoint_slices.get(key))
+        touched: set[VirtualServerKey] = set()
+        for key in changed:
+            self._withdraw(key, touched)
+        addresses = AddressCache()
+        for key in changed:
+            service = snapshot.services.get(key)
+            if service is None:
+                self._cache.forget(key)
+            elif proxied(service, self._settings):
+                self._offer(service, self._node, addresses, touched)
+        for vs_key in touched:
+            self._settle(vs_key, self._node)
+        return self._result(self._node)
+
+    # -- the index of slices by service -----------------------------------------------------------
+
+    def _reindex_slice(
+        self, key: ObjectKey, endpoint_slice: EndpointSlice | None
+    ) -> set[ObjectKey]:
+        """File the slice under its service; the services it left or joined."""
+        owners = set()
+        owner = self._slice_owners.pop(key, None)
+        if owner is not None:
+            owners.add(owner)
+            group = self._slices[owner]
+            del group[key]
+            if not group:
+                del self._slices[owner]
+        if self._slice_rejections.pop(key, None) is not None:
+            self._rejections_changed = True
+        if endpoint_slice is None:
+            return owners
+        unhandled = unhandled_slice(key, endpoint_slice)
+        if unhandled is not None:
+            self._slice_rejections[key] = unhandled
+            self._rejections_changed = True
+            return owners
+        self._slices.setdefault(endpoint_slice.service, {})[key] = endpoint_slice
+        self._slice_owners[key] = endpoint_slice.service
+        owners.add(endpoint_slice.service)
+        return owners
+
+    # -- services' shares ----------------------------------------------------------------------
+
+    def _withdraw(self, key: ObjectKey, touched: set[VirtualServerKey]) -> None:
+        share = self._shares.pop(key, None)
+        if share is None:
+            return
+        if self._service_rejections.pop(key, None) is not None:
+            self._rejections_changed = True
+        for name, entry in share.members:
+            self._entries[name].remove(entry)
+        if share.health_check is not None:
+            del self._health_checks[key]
+            self._health_checks_changed = True
+        if share.state is None:
+            return
+        for scope in share.state.no_local_endpoints:
+            self._no_local[scope] -= 1
+        for vs_key in share.state.servers:
+            claims = self._claims[vs_key]
+            del claims[key]
+            if not claims:
+                del self._claims[vs_key]
+            touched.add(vs_key)
+
+    def _offer(
+        self,
+        service: Service,
+        node: NodeFacts,
+        addresses: AddressCache,
+        touched: set[VirtualServerKey],
+    ) -> None:
+        key = service.key
+        group = self._slices.get(key, {})
+        slices = [group[k] for k in sorted(group, key=str)]
+        found = translate_service(
+            service, slices, self._settings, node, addresses, cache=self._cache
+        )
+        if isinstance(found, Rejection):
+            self._shares[key] = _Share(None, (), None)
+            self._service_rejections[key] = (found,)
+            self._rejections_changed = True
+            return
+        members = [hairpin_member(protocol, real) for protocol, real in found.hairpin]
+        port = health_check_node_port(service)
+        if port is not None:
+            families = {IPFamily.of(vs_key.address) for vs_key in found.servers}
+            members += [health_check_member(family, port) for family in families]
+            self._health_checks[key] = port
+            self._health_checks_changed = True
+        for name, entry in members:
+            self._entries[name].add(entry)
+        self._shares[key] = _Share(found, tuple(members), port)
+        if found.rejections:
+            self._service_rejections[key] = tuple(found.rejections)
+            self._rejections_changed = True
+        for scope in found.no_local_endpoints:
+            self._no_local[scope] += 1
+        for vs_key, wanted in found.servers.items():
+            self._claims.setdefault(vs_key, {})[key] = Claim(key, service.created, wanted.kind)
+            touched.add(vs_key)
+
+    # -- virtual servers' winners --------------------------------------------------------------
+
+    def _settle(self, key: VirtualServerKey, node: NodeFacts) -> None:
+        """Give ``key`` to its best claim now, and its entries and address with it."""
+        old = self._won.pop(key, None)
+        self._servers_before.setdefault(key, None if old is None else old.wanted)
+        if old is not None:
+            self._let_go(key, old)
+        if self._conflicts.pop(key, None) is not None:
+            self._rejections_changed = True
+        claims = self._claims.get(key)
+        if not claims:
+            return
+        winner, lost = settle(key, claims.values())
+        if lost:
+            self._conflicts[key] = lost
+            self._rejections_changed = True
+        state = self._shares[winner.service].state
+        assert state is not None
+        wanted = state.servers[key]
+        firewall = state.firewalls.get(key)
+        members = virtual_server_members(key, wanted, key in state.local_external, firewall)
+        node_side = on_node(key, wanted, node)
+        if node_side:
+            self._nodes.add(key.address)
+        else:
+            self._bound.add(key.address)
+            members.append(bound_address_member(key.address))
+        won = _Won(
+            wanted,
+            tuple(members),
+            node_side,
+            blocks_node=firewall is not None and not firewall.allow_from_node,
+        )
+        for name, entry in won.members:
+            self._entries[name].add(entry)
+        if won.blocks_node:
+            self._blocked.add(key)
+            self._blocked_changed = True
+        self._servers[key] = wanted
+        self._won[key] = won
+
+    def _let_go(self, key: VirtualServerKey, won: _Won) -> None:
+        for name, entry in won.members:
+            self._entries[name].remove(entry)
+        (self._nodes if won.on_node else self._bound).remove(key.address)
+        if won.blocks_node:
+            self._blocked.discard(key)
+            self._blocked_changed = True
+        del self._servers[key]
+
+    # -- the result ----------------------------------------------------------------------------
+
+    def _result(self, node: NodeFacts) -> Translated:
+        previous = self._desired
+        servers_changed = {
+            key: before
+            for key, before in self._servers_before.items()
+            if before is not (now := self._servers.get(key)) and before != now
+        }
+        self._servers_before = {}
+        added: dict[str, frozenset[str]] = {}
+        removed: dict[str, frozenset[str]] = {}
+        for name, counted in self._entries.items():
+            added[name], removed[name] = counted.delta()
+        emptied_or_filled = False
+        ipsets = {} if previous is None else dict(previous.ipsets)
+        for name, spec in SPECS.items():
+            if previous is None or added[name] or removed[name]:
+                ipsets[name] = IPSetContent(spec, frozenset(self._entries[name].counts))
+                emptied_or_filled |= previous is None or (
+                    bool(ipsets[name].entries) != bool(previous.ipsets[name].entries)
+                )
+        bound, unbound = self._bound.delta()
+        nodes_came, nodes_went = self._nodes.delta()
+        iptables = (
+            build_iptables(self._settings, ipsets, self._blocked, node.pod_cidrs)
+            if previous is None or emptied_or_filled or self._blocked_changed
+            else previous.iptables
+        )
+        desired = DesiredState(
+            virtual_servers=MappingProxyType(dict(self._servers))
+            if previous is None or servers_changed
+            else previous.virtual_servers,
+            bound_addresses=frozenset(self._bound.counts)
+            if previous is None or bound or unbound
+            else previous.bound_addresses,
+            node_addresses=frozenset(self._nodes.counts)
+            if previous is None or nodes_came or nodes_went
+            else previous.node_addresses,
+            node_port_addresses=frozenset(node.node_port_addresses),
+            ipsets=MappingProxyType(dict(ipsets)),
+            iptables=iptables,
+            exclude_cidrs=self._settings.exclude_cidrs,
+            health_check_node_ports=MappingProxyType(dict(self._health_checks))
+            if previous is None or self._health_checks_changed
+            else previous.health_check_node_ports,
+            no_local_endpoints=MappingProxyType(dict(self._no_local)),
+            rejections=self._rejections()
+            if previous is None or self._rejections_changed
+            else previous.rejections,
+        )
+        self._rejections_changed = self._blocked_changed = self._health_checks_changed = False
+        self._desired = desired
+        return Translated(
+            desired,
+            DesiredChange(
+                virtual_servers=MappingProxyType(servers_changed),
+                added_entries=MappingProxyType({n: e for n, e in added.items() if e}),
+                removed_entries=MappingProxyType({n: e for n, e in removed.items() if e}),
+                bound=bound,
+                unbound=unbound,
+                iptables=previous is None or iptables != previous.iptables,
+            ),
+        )
+
+    def _rejections(self) -> tuple[Rejection, ...]:
+        return (
+            *self._slice_rejections.values(),
+            *(r for found in self._service_rejections.values() for r in found),
+            *(r for lost in self._conflicts.values() for r in lost),
+        )
+
+
+def same_translation(kept: DesiredState, reference: DesiredState) -> bool:
+    """Whether two translations agree; the rejections may come in another order."""
+    return replace(kept, rejections=()) == replace(reference, rejections=()) and Counter(
+        kept.rejections
+    ) == Counter(reference.rejections)
