@@ -81,12 +81,14 @@ def cluster(services: int, endpoints: int = 2) -> list[dict[str, Any]]:
 
 
 class RecordingIPVS:
-    """FakeIPVS that remembers every op it was given and counts the dumps."""
+    """FakeIPVS that remembers every op it was given and every read."""
 
     def __init__(self) -> None:
         self.fake = FakeIPVS()
         self.ops: list[IPVSOp] = []
         self.dumps = 0
+        # The virtual servers read one by one, in order.
+        self.reads: list[VirtualServerKey] = []
         # Set, every call raises: a kernel interface broken in a way no op result describes.
         self.broken = False
 
@@ -97,6 +99,7 @@ class RecordingIPVS:
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         self._check()
+        self.reads.append(key)
         return self.fake.virtual_server(key)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:

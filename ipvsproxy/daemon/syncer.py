@@ -5,8 +5,8 @@
 * incremental: update the kept translation with the Services and EndpointSlices that changed
   since the last sync (as the source names them), and write only what that changed, against
   the state the last sync left (nothing is read): its cost follows the change, not the cluster;
-* drain check: the virtual servers with real servers draining are read from the kernel so
-  their connection counts are current, and the drained ones deleted.
+* drain check: an incremental sync that also reads the virtual servers with real servers
+  draining, one by one (not the whole table), and deletes the drained ones.
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, IPVSTable, Rejection
+from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, Rejection
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
-from ipvsproxy.reconcile.scoped import NOTHING_READ
 from ipvsproxy.translate import ServiceCache, Settings, translate
 from ipvsproxy.translate.incremental import IncrementalTranslation, same_translation
 
@@ -105,7 +103,9 @@ class Syncer:
                 snapshot, changes.services, changes.endpoint_slices
             )
             desired = _with(rejections, translated.desired)
-            result = self._reconciler.sync_change(desired, translated.change, self._drain_read())
+            result = self._reconciler.sync_change(
+                desired, translated.change, drain_check=self.drain_check_wanted
+            )
         self.drain_check_wanted = False
         # A belief the kernel did not confirm is not a belief to plan against.
         self._full_needed = not result.ok or bool(result.held_back)
@@ -136,15 +136,6 @@ class Syncer:
                 log.error("the kept translation differed from the whole one; starting it again")
             self._incremental.rebuild(snapshot)
         return desired
-
-    def _drain_read(self) -> IPVSTable:
-        """The draining virtual servers as the kernel has them, when a drain check is due."""
-        drains = self._reconciler.drains
-        if not (self.drain_check_wanted and drains):
-            return NOTHING_READ
-        draining = {ref.virtual for ref in drains}
-        table = self._kernel.ipvs.dump()
-        return MappingProxyType({key: table[key] for key in draining if key in table})
 
 
 def _with(rejections: list[Rejection], desired: DesiredState) -> DesiredState:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -23,11 +23,13 @@ from ipvsproxy.model import (
     PlanOp,
     RealServerRef,
     RestoreIptables,
+    VirtualServerKey,
+    VirtualServerState,
 )
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
-from ipvsproxy.reconcile.scoped import NOTHING_READ, plan_change
+from ipvsproxy.reconcile.scoped import plan_change, to_read
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
 
@@ -111,11 +113,12 @@ class Reconciler:
         return self._applied(desired, plan, outcome, {}, drift)
 
     def sync_change(
-        self, desired: DesiredState, change: DesiredChange, read: IPVSTable = NOTHING_READ
+        self, desired: DesiredState, change: DesiredChange, drain_check: bool = False
     ) -> SyncResult:
         """Write only ``change``, trusting that the kernel holds what the last sync applied
-        (see ``scoped``); ``read``: virtual servers just read from the kernel. Drains of other
-        virtual servers are kept as they are."""
+        (see ``scoped``), after reading the few virtual servers ``to_read`` names; with a
+        ``drain_check``, also the draining ones. Drains of other virtual servers are kept."""
+        read = self._read(to_read(desired, change, self._drains, drain_check))
         plan = plan_change(
             desired,
             change,
@@ -130,6 +133,15 @@ class Reconciler:
         kept = {ref: drain for ref, drain in self._drains.items() if ref.virtual not in scope}
         # No drift: the plan holds what the cluster changed, not what a read of the kernel found.
         return self._applied(desired, plan, outcome, kept, Counter())
+
+    def _read(self, keys: Iterable[VirtualServerKey]) -> IPVSTable:
+        """These virtual servers as the kernel has them (one it lacks is left out)."""
+        table: dict[VirtualServerKey, VirtualServerState] = {}
+        for key in sorted(keys, key=VirtualServerKey.sort_key):
+            state = self._kernel.ipvs.virtual_server(key)
+            if state is not None:
+                table[key] = state
+        return MappingProxyType(table)
 
     def _applied(
         self,

@@ -1,9 +1,10 @@
 """An incremental sync: plan only what changed, against what the last sync left.
 
 After a sync in which every op applied, the kernel holds the desired state it was given
-(plus the real servers still draining). An incremental sync trusts that: it reads nothing
-from the kernel (but the draining virtual servers a drain check reads), and plans from the
-``DesiredChange`` alone — the virtual servers that changed, the ipset entries and addresses
+(plus the real servers still draining). An incremental sync trusts that: it reads from the
+kernel only the virtual servers whose connection counts decide something (those losing TCP
+real servers, and on a drain check the draining ones), and plans from the ``DesiredChange``
+alone — the virtual servers that changed, the ipset entries and addresses
 that came and went — so its cost follows the change, not the cluster. A wrong belief
 (someone changed the kernel meanwhile) shows up as a failed op, which makes the caller's
 next sync a full one; the periodic full sync repairs whatever no op touched.
@@ -30,12 +31,34 @@ from ipvsproxy.model import (
     VirtualServerState,
     address_sort_key,
 )
-from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, DRAINED_PROTOCOLS, Drain
 from ipvsproxy.reconcile.ipsets import plan_entry_changes
 from ipvsproxy.reconcile.ipvs_plan import excluded, plan_ipvs
 from ipvsproxy.reconcile.syncplan import SyncPlan
 
 NOTHING_READ: IPVSTable = MappingProxyType({})
+
+
+def to_read(
+    desired: DesiredState,
+    change: DesiredChange,
+    drains: Iterable[RealServerRef],
+    drain_check: bool,
+) -> frozenset[VirtualServerKey]:
+    """The virtual servers to read before planning ``change``: those that stay but lose TCP
+    real servers (idle ones are deleted at once and busy ones drained, as kube-proxy decides
+    from the kernel's counts) and, on a ``drain_check``, those with real servers draining."""
+    wanted = desired.virtual_servers
+    losing = (
+        key
+        for key, before in change.virtual_servers.items()
+        if before is not None
+        and key.protocol in DRAINED_PROTOCOLS
+        and (after := wanted.get(key)) is not None
+        and any(real not in after.real_servers for real in before.real_servers)
+    )
+    draining = (ref.virtual for ref in drains) if drain_check else ()
+    return frozenset((*losing, *draining))
 
 
 def believed_ipvs(
@@ -51,9 +74,9 @@ def believed_ipvs(
     for key, wanted in before.items():
         if wanted is None:
             continue
-        # Connection counts are not known without reading the kernel: assume one, so that a
-        # removed TCP real server drains (weight 0) and the next drain check deletes it once
-        # the kernel shows it idle, as kube-proxy's graceful termination does.
+        # Connection counts are unknown where the kernel was not read (``to_read`` reads where
+        # they decide): assume one, so that a removed TCP real server drains (weight 0) rather
+        # than cutting connections, and the next drain check deletes it once idle.
         reals: dict[RealServerKey, RealServerState] = {
             real: RealServerState(server, inactive_connections=1)
             for real, server in wanted.real_servers.items()
@@ -79,7 +102,7 @@ def plan_change(
     interface: str,
 ) -> SyncPlan:
     """Pure: the plan of an incremental sync; ``read``: virtual servers just read from the
-    kernel, planned as read (the drain check)."""
+    kernel (``to_read``), planned as read."""
     before = {
         **change.virtual_servers,
         **{key: desired.virtual_servers.get(key) for key in read},

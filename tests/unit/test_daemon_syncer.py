@@ -92,19 +92,12 @@ def test_one_changed_slice_among_a_thousand_services_writes_only_its_own_ops() -
     assert second.changes.services == {ObjectKey("default", "svc-7")}
     vip = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
     old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
-    # One endpoint replaced: the new one added, the old one drained (weight 0), nothing else.
-    assert fake.take_ops() == [
-        AddRealServer(vip, RealServer(new)),
-        UpdateRealServer(vip, RealServer(old, weight=0)),
-    ]
-    # Nothing was read from the kernel for it.
+    # One endpoint replaced: the new one added, the old one (idle) deleted, nothing else.
+    assert fake.take_ops() == [AddRealServer(vip, RealServer(new)), DeleteRealServer(vip, old)]
+    # Only that virtual server was read from the kernel, for its connection counts.
     assert fake.recording.dumps == dumps
-    # The drain check reads the kernel, finds the old endpoint idle and deletes it.
-    clock.now = 6.0
-    syncer.drain_check_wanted = True
-    third = syncer.sync(snapshot(changed), [])
-    assert third.mode is SyncMode.INCREMENTAL
-    assert fake.take_ops() == [DeleteRealServer(vip, old)]
+    assert fake.recording.reads == [vip]
+    assert not syncer.reconciler.drains
     # And the kernel is what a full sync wants: it finds nothing to do.
     clock.now = 40.0
     fourth = syncer.sync(snapshot(changed), [])
@@ -187,10 +180,13 @@ def test_a_drained_real_server_is_deleted_by_the_drain_check_once_idle() -> None
     fake.recording.fake.set_connections(key, gone, active=0)
     clock.now = 3.0
     syncer.drain_check_wanted = True
+    dumps, fake.recording.reads = fake.recording.dumps, []
     report = syncer.sync(snapshot(changed), [])
     assert report.mode is SyncMode.INCREMENTAL
     assert fake.take_ops() == [DeleteRealServer(key, gone)]
     assert not syncer.reconciler.drains
+    # The drain check read the draining virtual server alone, not the table.
+    assert fake.recording.reads == [key] and fake.recording.dumps == dumps
 
 
 def test_a_node_change_is_a_full_sync() -> None:
@@ -267,8 +263,8 @@ def test_the_loser_of_a_virtual_server_takes_it_over_in_the_kernel_when_the_winn
     assert report.desired.virtual_servers[key].owner.service == ObjectKey("ns", "new")
     assert not [r for r in report.desired.rejections if r.category is SkipReason.ADDRESS_CONFLICT]
     reals = fake.ipvs.dump()[key].real_servers
-    # The new owner's endpoint serves; the old one's drains (weight 0).
-    assert reals[new_real].server.weight == 1 and reals[old_real].server.weight == 0
+    # The new owner's endpoint serves; the old one's, idle in the kernel, is gone.
+    assert set(reals) == {new_real} and reals[new_real].server.weight == 1
     assert ip_address("10.96.0.5") in fake.addresses.addresses("kube-ipvs0")
     assert "10.96.0.5,tcp:80" in fake.ipsets.list_sets()["KUBE-CLUSTER-IP"].entries
     # The old one comes back, still older: it wins the virtual server again.
