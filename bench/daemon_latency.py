@@ -16,6 +16,7 @@ import contextlib
 import functools
 import ipaddress
 import json
+import re
 import shutil
 import signal
 import statistics
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ CHANGE_KINDS = ("service_added", "endpoint_changed", "service_deleted")
 # Longest wait for one change before it counts as lost.
 CHANGE_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 3600.0
+# Each step runs in a network namespace of its own, so a fixed port is free.
+METRICS_PORT = 10249
+_FULL_SYNCS = re.compile(r'^ipvsproxy_syncs_total\{mode="full",result="ok"\} (\S+)$', re.M)
 DAEMON_FLAGS = (
     "--hostname-override",
     NODE_NAME,
@@ -51,7 +56,7 @@ DAEMON_FLAGS = (
     "--ipvs-sync-period",
     "1h",
     "--metrics-bind-address",
-    "127.0.0.1:0",
+    f"127.0.0.1:{METRICS_PORT}",
     "--healthz-bind-address",
     "127.0.0.1:0",
 )
@@ -79,12 +84,12 @@ class Probe(NetlinkIPVS):
         return {real.address: rs.server.weight for real, rs in state.real_servers.items()}
 
 
-def _wait(condition: Callable[[], bool], timeout: float) -> float | None:
+def _wait(condition: Callable[[], bool], timeout: float, interval: float = 0.001) -> float | None:
     start = time.perf_counter()
     while not condition():
         if time.perf_counter() - start > timeout:
             return None
-        time.sleep(0.001)
+        time.sleep(interval)
     return time.perf_counter() - start
 
 
@@ -160,6 +165,16 @@ class _Churn:
         return weights.get(new, 0) > 0 and not weights.get(old, 0)
 
 
+def _full_syncs() -> float:
+    """The daemon's completed full syncs, from its /metrics; 0 while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as page:
+            found = _FULL_SYNCS.search(page.read().decode())
+    except OSError:
+        return 0.0
+    return float(found.group(1)) if found else 0.0
+
+
 def _address(text: str) -> IPAddress:
     return ipaddress.ip_address(text)
 
@@ -193,7 +208,13 @@ def _measure_watching(api: LabApiServer, services: int, changes: int) -> dict[st
     try:
         with contextlib.closing(Probe()) as probe:
             last = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(services - 1)), 80)
-            first_sync = _wait(lambda: probe.weights(last) is not None, STARTUP_TIMEOUT)
+            # Until its first sync has ended, a change waits for the rest of it. Asked every
+            # half second: the lab's one CPU is the daemon's while it programs the cluster.
+            first_sync = _wait(
+                lambda: _full_syncs() >= 1 and probe.weights(last) is not None,
+                STARTUP_TIMEOUT,
+                interval=0.5,
+            )
             if first_sync is None or daemon.poll() is not None:
                 raise RuntimeError("ipvsproxy run did not program the cluster")
             churn = _Churn(api, probe, services, changes)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import NODE_NAME
+from bench.lab_scale import fresh_namespace
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import FakeKernel, real_kernel
 from ipvsproxy.kernel.protocols import Kernel
@@ -63,7 +64,8 @@ def _kernel(fake: bool) -> Iterator[Kernel]:
     if fake:
         yield FakeKernel().kernel()
         return
-    with real_kernel() as kernel:
+    # A namespace nobody used: an empty kernel, whatever ran in this boot before.
+    with fresh_namespace("profile-sync"), real_kernel() as kernel:
         yield kernel
 
 

@@ -16,7 +16,6 @@ from click.core import ParameterSource
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_settings, resolve
-from ipvsproxy.daemon.main import DaemonError, serve_daemon
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
@@ -365,6 +364,10 @@ def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: objec
 
     SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
     """
+    # Here, not at the top: the daemon brings the kubernetes client and prometheus_client, a
+    # second of imports inside the lab that sync --once, show and cleanup never use.
+    from ipvsproxy.daemon.main import DaemonError, serve_daemon  # noqa: PLC0415
+
     resolved = _resolve(ctx)
     try:
         serve_daemon(
