@@ -445,7 +445,7 @@ def test_a_service_keeps_only_the_labels_and_annotations_the_proxy_reads() -> No
 def test_names_repeated_across_objects_are_one_string() -> None:
     def decoded_slice(name: str) -> dict[str, Any]:
         # As from separate API answers: every string a copy of its own.
-        return json.loads(
+        decoded: dict[str, Any] = json.loads(
             json.dumps(
                 {
                     "kind": "EndpointSlice",
@@ -462,6 +462,7 @@ def test_names_repeated_across_objects_are_one_string() -> None:
                 }
             )
         )
+        return decoded
 
     first, _ = parse_endpoint_slice(decoded_slice("web-1"))
     second, _ = parse_endpoint_slice(decoded_slice("web-2"))
