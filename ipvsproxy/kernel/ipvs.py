@@ -13,6 +13,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -442,6 +443,8 @@ class FakeIPVS:
         self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
         self._schedulers = frozenset(schedulers)
         self._timeouts = KERNEL_DEFAULT_TIMEOUTS
+        # The kernel serialises its table: a scrape thread may read while a sync writes.
+        self._lock = threading.Lock()
 
     def timeouts(self) -> IPVSTimeouts:
         return self._timeouts
@@ -455,23 +458,27 @@ class FakeIPVS:
 
     def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         # No traffic passes through the fake: its statistics are always zero.
-        return {key: entry.state(real_servers) for key, entry in self._table.items()}
+        with self._lock:
+            return {key: entry.state(real_servers) for key, entry in self._table.items()}
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
-        entry = self._table.get(key)
-        return None if entry is None else entry.state()
+        with self._lock:
+            entry = self._table.get(key)
+            return None if entry is None else entry.state()
 
     def set_connections(
         self, virtual: VirtualServerKey, real: RealServerKey, active: int, inactive: int = 0
     ) -> None:
         """Stand for clients: the ActiveConn/InActConn the kernel would count for ``real``."""
-        entry = self._table[virtual]
-        if real not in entry.real_servers:
-            raise KeyError(real)
-        entry.connections[real] = (active, inactive)
+        with self._lock:
+            entry = self._table[virtual]
+            if real not in entry.real_servers:
+                raise KeyError(real)
+            entry.connections[real] = (active, inactive)
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        return [self._apply_one(op) for op in ops]
+        with self._lock:
+            return [self._apply_one(op) for op in ops]
 
     def _apply_one(self, op: IPVSOp) -> OpError | None:
         match op:
