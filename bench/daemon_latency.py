@@ -17,7 +17,6 @@ import functools
 import gc
 import ipaddress
 import json
-import re
 import shutil
 import signal
 import statistics
@@ -25,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,9 +44,8 @@ CHANGE_KINDS = ("service_added", "endpoint_changed", "service_deleted")
 # Longest wait for one change before it counts as lost.
 CHANGE_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 3600.0
-# Each step runs in a network namespace of its own, so a fixed port is free.
-METRICS_PORT = 10249
-_FULL_SYNCS = re.compile(r'^ipvsproxy_syncs_total\{mode="full",result="ok"\} (\S+)$', re.M)
+# The daemon's log line for a full sync that ended (text format).
+FULL_SYNC_LOGGED = 'synced mode="full"'
 DAEMON_FLAGS = (
     "--hostname-override",
     NODE_NAME,
@@ -57,7 +54,7 @@ DAEMON_FLAGS = (
     "--ipvs-sync-period",
     "1h",
     "--metrics-bind-address",
-    f"127.0.0.1:{METRICS_PORT}",
+    "127.0.0.1:0",
     "--healthz-bind-address",
     "127.0.0.1:0",
 )
@@ -166,16 +163,6 @@ class _Churn:
         return weights.get(new, 0) > 0 and not weights.get(old, 0)
 
 
-def _full_syncs() -> float:
-    """The daemon's completed full syncs, from its /metrics; 0 while it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as page:
-            found = _FULL_SYNCS.search(page.read().decode())
-    except OSError:
-        return 0.0
-    return float(found.group(1)) if found else 0.0
-
-
 def _address(text: str) -> IPAddress:
     return ipaddress.ip_address(text)
 
@@ -189,38 +176,44 @@ def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
         # The fake server's copy of the cluster lives as long as this process: out of the
         # cyclic GC's sight, so no full collection of it falls inside a timed change.
         gc.freeze()
-        return _measure_watching(api, services, changes)
+        return _measure_watching(api, services, changes, folder / "daemon.log")
     finally:
         api.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _measure_watching(api: LabApiServer, services: int, changes: int) -> dict[str, Any]:
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ipvsproxy",
-            "run",
-            "--kubeconfig",
-            str(api.kubeconfig),
-            *DAEMON_FLAGS,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _measure_watching(api: LabApiServer, services: int, changes: int, log: Path) -> dict[str, Any]:
+    with log.open("wb") as log_file:
+        daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ipvsproxy",
+                "run",
+                "--kubeconfig",
+                str(api.kubeconfig),
+                *DAEMON_FLAGS,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
     try:
         with contextlib.closing(Probe()) as probe:
             last = VirtualServerKey(TransportProtocol.TCP, _address(cluster_ip(services - 1)), 80)
-            # Until its first sync has ended, a change waits for the rest of it. Asked every
-            # half second: the lab's one CPU is the daemon's while it programs the cluster.
+            # Until its first sync has ended, a change waits for the rest of it; its log says
+            # when (a /metrics scrape would add to the memory measured). Asked every half
+            # second: the lab's one CPU is the daemon's while it programs the cluster.
             first_sync = _wait(
-                lambda: _full_syncs() >= 1 and probe.weights(last) is not None,
+                lambda: (
+                    FULL_SYNC_LOGGED in log.read_text(errors="replace")
+                    and probe.weights(last) is not None
+                ),
                 STARTUP_TIMEOUT,
                 interval=0.5,
             )
             if first_sync is None or daemon.poll() is not None:
-                raise RuntimeError("ipvsproxy run did not program the cluster")
+                tail = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"ipvsproxy run did not program the cluster: {tail}")
             churn = _Churn(api, probe, services, changes)
             for number in range(changes):
                 churn.round(number)
