@@ -229,9 +229,14 @@ def _measure_watching(api: LabApiServer, services: int, changes: int, log: Path)
             "peak_rss_mb": _peak_rss_mb(daemon.pid),
         }
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        stop(daemon)
+
+
+def stop(daemon: subprocess.Popen[Any]) -> None:
+    """SIGTERM, as the kubelet stops it; killed if it has not left within a minute."""
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()

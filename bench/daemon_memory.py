@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
-import signal
 import socket
 import statistics
 import subprocess
@@ -47,6 +45,7 @@ from bench.cluster import (
     endpoint_slice_object,
     service_object,
 )
+from bench.daemon_latency import stop
 from ipvsproxy import cli
 from ipvsproxy.kernel.bundle import FakeKernel
 from tests.api.fake_apiserver import FakeApiServer
@@ -228,26 +227,13 @@ def measure(services: int, changes: int, sync_period: str) -> dict[str, Any]:
             result["relist"] = _memory_mb(daemon.pid)
             return result
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+            stop(daemon)
 
 
-def _scrape(port: int, attempts: int = 5) -> None:
-    """One /metrics answer. The in-memory kernel is not thread-safe: a scrape that reads it
-    while a sync writes it can fail, which no node's kernel does; such a scrape is repeated."""
-    for attempt in range(attempts):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
-                answer.read()
-            return
-        except (OSError, http.client.HTTPException):
-            if attempt + 1 == attempts:
-                raise
-            time.sleep(1)
+def _scrape(port: int) -> None:
+    """One /metrics answer, read whole."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
+        answer.read()
 
 
 def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
