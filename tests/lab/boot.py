@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO
 
 from ipvsproxy.model import SCHEDULERS
-from tests.lab.shard import SHARD_VARIABLE
 
 APT_PACKAGES = (
     "user-mode-linux",
@@ -72,6 +71,8 @@ MODULES = (
 # Tools the tests call inside the lab, beside the kernel itself.
 LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
 BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
+# Which share of the tests a boot runs ("index/boots"), read by the shard plugin inside.
+SHARD_VARIABLE = "IPVSPROXY_LAB_SHARD"
 # The lab kernel's memory; the scale benchmark's 10,000-service cluster needs more than tests do.
 MEMORY_VARIABLE = "IPVSPROXY_LAB_MEM"
 NO_TESTS_COLLECTED = 5

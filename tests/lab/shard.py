@@ -11,7 +11,8 @@ from typing import TypeVar
 
 import pytest
 
-SHARD_VARIABLE = "IPVSPROXY_LAB_SHARD"
+from tests.lab.boot import SHARD_VARIABLE
+
 T = TypeVar("T")
 
 
