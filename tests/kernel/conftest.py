@@ -65,9 +65,9 @@ def modules_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def module_loader(tmp_path: Path, modules_root: Path) -> Iterator[ProcSysctl]:
-    """kernel.modprobe pointed at the lab's modules, so the kernel and iptables load modules on
-    demand as on a real node (left as booted, it looks in this machine's /lib/modules); what
-    a test unloads is loaded again after."""
+    """kernel.modprobe pointed at the lab's modules by the test itself (the boot does so too),
+    so the kernel and iptables load modules on demand as on a real node; the test may point it
+    elsewhere. What a test unloads is loaded again after."""
     loader = tmp_path / "modprobe"
     loader.write_text(f'#!/bin/sh\nexec {shutil.which("modprobe")} -d {modules_root} "$@"\n')
     loader.chmod(0o755)

@@ -3,9 +3,11 @@
 A kernel runs as an ordinary process on one CPU, so there is one boot per CPU, each running its
 share of the tests (``shard.py``) in a kernel of its own; their statuses merge into one. PID 1
 is a generated shell script: it mounts what ``ip netns`` and pyroute2 need, loads the IPVS,
-ipset, netfilter and link modules, runs pytest with the caller's arguments (its output comes
-back through the UML console) and writes pytest's exit status to a file, which is the only exit
-status that means anything: the boot's own status does not.
+ipset, netfilter and link modules, points the kernel's module loader (kernel.modprobe) at the
+lab's modules so that the kernel and iptables load any other on demand, as on a node, runs
+pytest with the caller's arguments (its output comes back through the UML console) and writes
+pytest's exit status to a file, which is the only exit status that means anything: the boot's
+own status does not.
 
 No network device is ever given to the UML kernel: everything the tests send stays inside it.
 """
@@ -142,6 +144,7 @@ def _init_script(
     passed_env["PYTEST_DEBUG_TEMPROOT"] = str(scratch / "pytest")
     exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in passed_env.items())
     modules_root = scratch / "modroot"
+    loader = scratch / "modprobe"
     command = shlex.join(command_args)
     return f"""#!/bin/sh
 {exports}
@@ -153,6 +156,9 @@ mkdir -p {scratch / "pytest"}
 for module in {" ".join(MODULES)}; do
     modprobe -d {modules_root} "$module" || echo "lab: modprobe $module failed"
 done
+printf '#!/bin/sh\nexec %s -d %s "$@"\n' "$(command -v modprobe)" {modules_root} > {loader}
+chmod +x {loader}
+echo {loader} > /proc/sys/kernel/modprobe
 ip link set lo up
 cd {shlex.quote(os.getcwd())}
 {command}
