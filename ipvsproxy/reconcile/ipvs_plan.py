@@ -31,12 +31,19 @@ from ipvsproxy.reconcile.graceful import (
 NO_DRAINS: Mapping[RealServerRef, float] = MappingProxyType({})
 
 
-def owned_addresses(desired: DesiredState, bound_now: Iterable[IPAddress]) -> frozenset[IPAddress]:
-    """Addresses whose virtual servers are ours: kube-ipvs0's, now or to be, and node ports'."""
+def owned_addresses(
+    desired: DesiredState,
+    bound_now: Iterable[IPAddress],
+    node_addresses_before: frozenset[IPAddress] = frozenset(),
+) -> frozenset[IPAddress]:
+    """Addresses whose virtual servers are ours: kube-ipvs0's, now or to be, node ports', and
+    the node's own addresses that carried ours before (an external IP that is the node's
+    address, since dropped: nothing else says its virtual server was ours)."""
     return (
         desired.bound_addresses
         | desired.node_addresses
         | desired.node_port_addresses
+        | node_addresses_before
         | frozenset(bound_now)
     )
 

@@ -16,8 +16,10 @@ from types import MappingProxyType
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    DeleteVirtualServer,
     DesiredChange,
     DesiredState,
+    IPAddress,
     IPVSTable,
     IPVSTimeouts,
     PlanOp,
@@ -75,6 +77,9 @@ class Reconciler:
         self._clock = clock
         self._drains: dict[RealServerRef, Drain] = {}
         self._record = AppliedRecord()
+        # The node's addresses our virtual servers were on, and those of stale ones not yet
+        # deleted: still ours to clean up when the cluster no longer names them.
+        self._node_addresses_before: frozenset[IPAddress] = frozenset()
 
     @property
     def drains(self) -> Mapping[RealServerRef, Drain]:
@@ -99,6 +104,7 @@ class Reconciler:
             interface=self._settings.interface,
             strict_arp=self._settings.strict_arp,
             timeouts=self._settings.ipvs_timeouts,
+            node_addresses_before=self._node_addresses_before,
         )
 
     def sync(self, desired: DesiredState, actual: KernelState | None = None) -> SyncResult:
@@ -151,7 +157,11 @@ class Reconciler:
         kept: dict[RealServerRef, Drain],
         drift: Counter[str],
     ) -> SyncResult:
-        self._record = record_applied(desired, _not_applied(outcome))
+        not_applied = _not_applied(outcome)
+        self._record = record_applied(desired, not_applied)
+        self._node_addresses_before = desired.node_addresses | {
+            op.key.address for op in not_applied if isinstance(op, DeleteVirtualServer)
+        }
         self._drains = kept | {drain.ref: drain for drain in plan.ipvs.draining}
         return SyncResult(
             plan=plan,

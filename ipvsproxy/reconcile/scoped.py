@@ -114,7 +114,8 @@ def plan_change(
     scoped = replace(
         desired, virtual_servers=MappingProxyType({k: wanted[k] for k in before if k in wanted})
     )
-    # The stale virtual servers' addresses were ours: ``owned_addresses`` asked of them alone.
+    # The stale virtual servers' addresses were ours: ``owned_addresses`` asked of them alone,
+    # and a virtual server the last desired state had is ours wherever it is.
     owned = frozenset(
         key.address
         for key in actual
@@ -122,6 +123,7 @@ def plan_change(
         or key.address in desired.node_addresses
         or key.address in desired.node_port_addresses
         or key.address in change.unbound
+        or change.virtual_servers.get(key) is not None
     )
     return SyncPlan(
         sysctls=(),

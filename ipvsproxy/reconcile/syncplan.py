@@ -12,6 +12,7 @@ from ipvsproxy.model import (
     BindAddress,
     DesiredState,
     EnsureInterface,
+    IPAddress,
     IPSetOp,
     IptablesRuleset,
     IPVSTimeouts,
@@ -79,14 +80,16 @@ def plan_sync(
     interface: str = DUMMY_INTERFACE,
     strict_arp: bool = False,
     timeouts: IPVSTimeouts = UNSET_TIMEOUTS,
+    node_addresses_before: frozenset[IPAddress] = frozenset(),
 ) -> SyncPlan:
     """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination.
 
     ``strict_arp`` and ``timeouts`` (--ipvs-strict-arp, --ipvs-*-timeout) choose the kernel
-    parameters to set.
+    parameters to set. ``node_addresses_before``: the node's addresses that carried virtual
+    servers of ours before, as far as this process knows (see ``owned_addresses``).
     """
     bind, unbind = plan_addresses(desired, actual.bound_addresses)
-    owned = owned_addresses(desired, actual.bound_addresses)
+    owned = owned_addresses(desired, actual.bound_addresses, node_addresses_before)
     return SyncPlan(
         sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp),
         interface=interface,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
-from tests.daemon_kit import NODE, RecordingKernel, cluster, endpoint_slice, service
+from tests.daemon_kit import NODE, NODE_IP, RecordingKernel, cluster, endpoint_slice, service
 from tests.unit.test_translate_incremental import Cluster, comparable, step
 from tests.unit.test_translate_rules import ep, eps, svc, vs
 
@@ -61,12 +61,12 @@ def replaced(objects: list[dict[str, object]], *new: dict[str, object]) -> list[
     return [obj for obj in objects if identity(obj) not in names] + list(new)
 
 
-def make(clock: Clock) -> tuple[RecordingKernel, Syncer]:
+def make(clock: Clock, settings: Settings | None = None) -> tuple[RecordingKernel, Syncer]:
     fake = RecordingKernel()
     kernel = fake.kernel()
     syncer = Syncer(
         kernel,
-        Settings(),
+        settings or Settings(),
         sync_period=30.0,
         reconciler=Reconciler(kernel, clock=clock),
         clock=clock,
@@ -298,3 +298,24 @@ def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
     report = syncer.sync(snapshot(changed), [], touched)
     assert report.mode is SyncMode.INCREMENTAL
     assert comparable(report.desired) == comparable(translate(snapshot(changed), Settings()))
+
+
+@pytest.mark.parametrize("later", [1.0, 31.0], ids=["incremental", "full"])
+def test_an_external_ip_that_is_the_node_address_goes_with_the_service_s_last_use_of_it(
+    later: float,
+) -> None:
+    """With NodePorts kept off the node's address, nothing of the desired state names it once
+    the external IP is dropped: its virtual server must still be known as ours and deleted, by
+    either kind of sync."""
+    clock = Clock()
+    fake, syncer = make(clock, Settings(nodeport_addresses=(ip_network("10.0.0.0/8"),)))
+    objects = cluster(2)
+    on_node = replaced(objects, service(1, externalIPs=[NODE_IP]))
+    syncer.sync(snapshot(on_node), [])
+    assert NODE_IP in {str(key.address) for key in fake.recording.fake.dump()}
+    clock.now = later
+
+    report = syncer.sync(snapshot(objects), [])
+
+    assert report.result.ok
+    assert NODE_IP not in {str(key.address) for key in fake.recording.fake.dump()}

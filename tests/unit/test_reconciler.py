@@ -384,6 +384,24 @@ def test_an_address_stays_bound_while_its_stale_virtual_server_could_not_go(
     assert fake.addresses.addresses(DUMMY_INTERFACE) == {VIP}
 
 
+def test_a_virtual_server_on_a_node_address_nothing_names_any_more_goes_even_after_a_refusal(
+    fake: FakeKernel, clock: ManualClock
+) -> None:
+    on_node = VirtualServerKey(TransportProtocol.TCP, ip("10.240.0.10"), 80)
+    refusing = RefusingIPVS(fake.ipvs, set())
+    proxy = Reconciler(replace(fake.kernel(), ipvs=refusing), clock=clock)
+    proxy.sync(desired({TCP_VS: [POD_A], on_node: [POD_A]}, node_ports=[on_node]))
+    refusing.refuse.add(DeleteVirtualServer(on_node))
+
+    refused = proxy.sync(desired({TCP_VS: [POD_A]}))
+    refusing.refuse.clear()
+    retried = proxy.sync(desired({TCP_VS: [POD_A]}))
+
+    assert [failure.op for failure in refused.failures] == [DeleteVirtualServer(on_node)]
+    assert retried.ok and retried.applied == (DeleteVirtualServer(on_node),)
+    assert set(fake.ipvs.dump()) == {TCP_VS}
+
+
 SETS = {
     "KUBE-CLUSTER-IP": IPSetContent(
         IPSetSpec("KUBE-CLUSTER-IP", "hash:ip,port"), frozenset({"10.96.0.10,tcp:80"})
