@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.cluster.connection import ApiConnection, RetryPolicy, Timeouts, connect
-from tests.api.fake_apiserver import FakeApiServer
+from tests.api.fake_apiserver import FakeApiServer, Request
+from tests.api.test_read_cluster import SERVICES_PATH, service
 
 # No waiting between retries and a short read timeout: the tests check outcomes, not time.
 FAST_RETRY = RetryPolicy(attempts=3, first_delay=0.0, max_delay=0.0)
@@ -28,3 +29,18 @@ def kubeconfig(fake: FakeApiServer, tmp_path: Path) -> Path:
 def api(kubeconfig: Path) -> Iterator[ApiConnection]:
     with connect(kubeconfig, timeouts=SHORT_TIMEOUTS, retry=FAST_RETRY) as connection:
         yield connection
+
+
+@pytest.fixture
+def token_expiring_after_first_page(fake: FakeApiServer) -> None:
+    """Between the first and the second page of a Service list, the continue token expires and
+    the cluster moves on: svc-0 is deleted and svc-new added."""
+
+    def expire_after_first_page(request: Request) -> None:
+        if request.path == SERVICES_PATH and "continue" in request.query:
+            fake.on_request = None
+            fake.expire_continue_tokens()
+            fake.delete("Service", "default", "svc-0")
+            fake.apply(service("svc-new"))
+
+    fake.on_request = expire_after_first_page

@@ -85,21 +85,12 @@ def test_pages_of_two_give_every_object_once(fake: FakeApiServer, api: ApiConnec
     assert [bool(page.query.get("continue")) for page in pages] == [False, True, True, True]
 
 
+@pytest.mark.usefixtures("token_expiring_after_first_page")
 def test_an_expired_continue_token_restarts_the_list_whole(
     fake: FakeApiServer, api: ApiConnection
 ) -> None:
     for index in range(5):
         fake.apply(service(f"svc-{index}"))
-
-    def expire_after_first_page(request: Request) -> None:
-        if request.path == SERVICES_PATH and "continue" in request.query:
-            fake.on_request = None
-            # Between pages: the token expires and the cluster moves on.
-            fake.expire_continue_tokens()
-            fake.delete("Service", "default", "svc-0")
-            fake.apply(service("svc-new"))
-
-    fake.on_request = expire_after_first_page
     read = read_cluster(api, "node-a", page_size=2)
 
     names = sorted(key.name for key in read.snapshot.services)

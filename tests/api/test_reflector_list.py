@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from ipvsproxy.cluster.api import SERVICES, Selectors
 from ipvsproxy.cluster.connection import ApiConnection
 from ipvsproxy.cluster.informer import ClusterInformer, Reflector
@@ -55,6 +57,7 @@ def test_each_page_is_parsed_before_the_next_is_fetched(
     assert reflector.resource_version == str(fake.resource_version)
 
 
+@pytest.mark.usefixtures("token_expiring_after_first_page")
 def test_a_continue_token_expiring_mid_list_leaves_only_the_restarted_list(
     fake: FakeApiServer, api: ApiConnection
 ) -> None:
@@ -62,15 +65,6 @@ def test_a_continue_token_expiring_mid_list_leaves_only_the_restarted_list(
     fake.apply(with_bad_port(service("svc-0")))
     for index in range(1, 5):
         fake.apply(service(f"svc-{index}"))
-
-    def expire_after_first_page(request: Request) -> None:
-        if request.path == SERVICES_PATH and "continue" in request.query:
-            fake.on_request = None
-            fake.expire_continue_tokens()
-            fake.delete("Service", "default", "svc-0")
-            fake.apply(service("svc-new"))
-
-    fake.on_request = expire_after_first_page
     reflector = ClusterInformer(api, "node-a", page_size=2).services
     reflector.relist()
 
