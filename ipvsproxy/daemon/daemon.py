@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
-from ipvsproxy.daemon.heap import release_free_memory
+from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
 from ipvsproxy.daemon.http import HttpServer
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
@@ -169,8 +169,10 @@ class Daemon:
 
     def _sync(self) -> None:
         if self._sync_once() is SyncMode.FULL:
-            # The kernel's dump and the plan of a full sync (the whole cluster on the first)
-            # are freed by now: give their pages back rather than hold them until the next.
+            # What a full sync keeps is long-lived: no later collection need walk it. The
+            # kernel's dump and the plan (the whole cluster on the first) are freed by now:
+            # give their pages back rather than hold them until the next.
+            freeze_survivors()
             release_free_memory()
 
     def _sync_once(self) -> SyncMode | None:

@@ -1,7 +1,10 @@
-"""Freed heap memory goes back to the OS after full syncs, where the C library allows it."""
+"""After full syncs: garbage cycles are collected, the survivors frozen out of later collections,
+and freed heap memory goes back to the OS where the C library allows it."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from types import MappingProxyType
 
 import pytest
@@ -50,15 +53,37 @@ class _Unchanging:
         return Reading(self.snapshot_value, [])
 
 
-def test_the_daemon_trims_after_a_full_sync_and_not_after_an_incremental_one(
+def test_the_daemon_freezes_and_trims_after_a_full_sync_and_not_after_an_incremental_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    trims: list[bool] = []
-    monkeypatch.setattr(daemon_module, "release_free_memory", lambda: trims.append(True))
+    done: list[str] = []
+    monkeypatch.setattr(daemon_module, "release_free_memory", lambda: done.append("trim"))
+    monkeypatch.setattr(daemon_module, "freeze_survivors", lambda: done.append("freeze"))
     daemon = Daemon(FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=None))
     daemon._source = _Unchanging()
 
     daemon._sync()
-    assert trims == [True]
+    assert done == ["freeze", "trim"]
     daemon._sync()
-    assert trims == [True]
+    assert done == ["freeze", "trim"]
+
+
+class _Linked:
+    def __init__(self) -> None:
+        self.link: _Linked | None = None
+
+
+def test_freezing_collects_garbage_cycles_first_and_keeps_the_living_out_of_collections() -> None:
+    cycle = _Linked()
+    cycle.link = cycle
+    garbage = weakref.ref(cycle)
+    del cycle
+    living = _Linked()
+    gc.unfreeze()
+    assert not gc.get_freeze_count()
+
+    heap.freeze_survivors()
+
+    assert garbage() is None
+    assert gc.get_freeze_count() > 0
+    assert not any(obj is living for gen in range(3) for obj in gc.get_objects(gen))
