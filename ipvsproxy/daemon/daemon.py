@@ -23,6 +23,7 @@ from ipvsproxy.daemon.http import HttpServer
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
+    health_check_hosts,
     local_endpoint_counts,
 )
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
@@ -61,6 +62,7 @@ class DaemonOptions:
 class Daemon:
     def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
         self._options = options
+        self._settings = settings
         self.syncer = Syncer(
             kernel, settings, options.sync_period, Reconciler(kernel, options.reconciler)
         )
@@ -196,6 +198,7 @@ class Daemon:
         self.health_check_ports.update(
             desired.health_check_node_ports,
             local_endpoint_counts(snapshot, desired.health_check_node_ports),
+            health_check_hosts(self._settings, desired),
         )
         self.metrics.no_local_endpoints.counts = dict(desired.no_local_endpoints)
         if not any(isinstance(f.op, RestoreIptables) for f in report.result.failures):

@@ -37,14 +37,27 @@ def parse_bind_address(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+# Go's net.Listen("tcp", ...) on an unspecified address, as kube-proxy serves: both families.
+UNSPECIFIED_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], routes: Mapping[str, Handler]) -> None:
+        host, port = address
+        self.dual_stack = host in UNSPECIFIED_HOSTS and socket.has_dualstack_ipv6()
+        if self.dual_stack:
+            address = ("::", port)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.routes = routes
         super().__init__(address, _RequestHandler)
+
+    def server_bind(self) -> None:
+        if self.dual_stack:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 class _RequestHandler(BaseHTTPRequestHandler):

@@ -1,5 +1,6 @@
 """Health-check node ports: for each externalTrafficPolicy=Local load balancer, an HTTP server
-on its spec.healthCheckNodePort that tells the load balancer whether this node has endpoints.
+on its spec.healthCheckNodePort that tells the load balancer whether this node has endpoints,
+on every address of the node, or under --nodeport-addresses on the addresses it selects.
 
 As kube-proxy: 200 with the count when there are local ready endpoints, 503 when there are none.
 """
@@ -13,7 +14,8 @@ from collections.abc import Collection, Mapping
 from functools import partial
 
 from ipvsproxy.daemon.http import ANY_PATH, HttpServer, Response
-from ipvsproxy.model import ClusterSnapshot, ObjectKey
+from ipvsproxy.model import ClusterSnapshot, DesiredState, ObjectKey
+from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)
 
@@ -37,38 +39,56 @@ def local_endpoint_counts(
     return {key: len(addresses) for key, addresses in local.items()}
 
 
+def health_check_hosts(settings: Settings, desired: DesiredState) -> list[str] | None:
+    """Where health-check node ports listen, as kube-proxy decides: every address (None), or,
+    under --nodeport-addresses, the node addresses it selects (all again if it names a /0)."""
+    limited = settings.nodeport_primary or bool(settings.nodeport_addresses)
+    if not limited or any(net.prefixlen == 0 for net in settings.nodeport_addresses):
+        return None
+    return sorted(str(address) for address in desired.node_port_addresses)
+
+
 class HealthCheckNodePorts:
-    """One HTTP server per health-check node port, started, kept and stopped by ``update``."""
+    """HTTP servers for health-check node ports, started, kept and stopped by ``update``: one
+    per port on ``host`` (all addresses by default), or, given ``hosts``, one per port on each
+    of them (kube-proxy's way under --nodeport-addresses: the matching node addresses alone)."""
 
     def __init__(self, host: str = "") -> None:
         self._host = host
         self._lock = threading.Lock()
         self._counts: dict[ObjectKey, int] = {}
-        self._servers: dict[tuple[ObjectKey, int], HttpServer] = {}
+        self._servers: dict[tuple[ObjectKey, int, str], HttpServer] = {}
 
     @property
-    def ports(self) -> dict[ObjectKey, int]:
+    def ports(self) -> dict[tuple[ObjectKey, int, str], HttpServer]:
+        """Each server by service, port and host."""
         return dict(self._servers)
 
-    def update(self, ports: Mapping[ObjectKey, int], counts: Mapping[ObjectKey, int]) -> None:
+    def update(
+        self,
+        ports: Mapping[ObjectKey, int],
+        counts: Mapping[ObjectKey, int],
+        hosts: Collection[str] | None = None,
+    ) -> None:
         with self._lock:
             self._counts = dict(counts)
-        wanted = set(ports.items())
+        on = [self._host] if hosts is None else sorted(hosts)
+        wanted = {(key, port, host) for key, port in ports.items() for host in on}
         for gone in [served for served in self._servers if served not in wanted]:
             self._servers.pop(gone).stop()
-        taken = {port for _, port in self._servers}
-        for key, port in sorted(wanted - set(self._servers), key=lambda item: str(item[0])):
-            if port in taken:
+        taken = {(port, host) for _, port, host in self._servers}
+        for key, port, host in sorted(wanted - set(self._servers), key=str):
+            if (port, host) in taken:
                 log.warning("health check node port %d of %s is already served", port, key)
                 continue
             try:
-                server = HttpServer(self._host, port, {ANY_PATH: partial(self._answer, key)})
+                server = HttpServer(host, port, {ANY_PATH: partial(self._answer, key)})
             except OSError as error:
                 log.warning("health check node port %d of %s: %s", port, key, error.strerror)
                 continue
-            self._servers[(key, port)] = server.start()
-            taken.add(port)
-            log.info("serving health checks of %s on port %d", key, port)
+            self._servers[(key, port, host)] = server.start()
+            taken.add((port, host))
+            log.info("serving health checks of %s on %s port %d", key, host or "*", port)
 
     def stop(self) -> None:
         for server in self._servers.values():

@@ -20,9 +20,12 @@ from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
 from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
+from ipvsproxy.daemon.nodeports import health_check_hosts
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import RACY_WINDOW_NS, FileSource, signature_of
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Node, ObjectKey
+from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate.settings import parse_nodeport_addresses
 from tests.daemon_kit import NODE, cluster, endpoint_slice, service
 
 
@@ -296,3 +299,27 @@ def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
     floors = [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 30.0, 30.0]
     assert all(floor <= delay <= 2 * floor for delay, floor in zip(delays, floors, strict=True))
     assert list(itertools.islice(Backoff(0.8, 30.0, jitter=0).delays(), 3)) == [0.8, 1.6, 3.2]
+
+
+# -- health-check node ports ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodeport_addresses", "expected"),
+    [
+        ([], None),
+        (["192.168.10.0/24"], ["192.168.10.11"]),
+        (["192.168.10.0/24", "0.0.0.0/0"], None),
+        (["primary"], ["192.168.10.11", "fd00::11"]),
+        (["10.0.0.0/8"], []),
+    ],
+)
+def test_health_check_node_ports_listen_where_nodeport_addresses_says(
+    nodeport_addresses: list[str], expected: list[str] | None
+) -> None:
+    objects = cluster(1)
+    objects[0]["status"]["addresses"].append({"type": "InternalIP", "address": "fd00::11"})
+    networks, primary = parse_nodeport_addresses(nodeport_addresses)
+    settings = Settings(nodeport_addresses=networks, nodeport_primary=primary)
+    desired = translate(snapshot(objects), settings)
+    assert health_check_hosts(settings, desired) == expected
