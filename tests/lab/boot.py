@@ -26,18 +26,20 @@ from pathlib import Path
 from typing import IO
 
 from ipvsproxy.model import SCHEDULERS
+from tests import packages
 
-APT_PACKAGES = (
-    "user-mode-linux",
-    "kmod",
-    "ipvsadm",
-    "ipset",
-    "iptables",
-    "iproute2",
-    "conntrack",
-    # promtool, which checks the daemon's /metrics
-    "prometheus",
-)
+# Tools the tests call inside the lab, beside the kernel itself, and their Debian packages.
+LAB_COMMANDS = {
+    "linux": "user-mode-linux",
+    "modprobe": "kmod",
+    "ip": "iproute2",
+    "ipvsadm": "ipvsadm",
+    "ipset": "ipset",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    # checks the daemon's /metrics
+    "promtool": "prometheus",
+}
 UML_MODULES_ROOT = Path("/usr/lib/uml/modules")
 MODULES = (
     "ip_vs",
@@ -70,8 +72,6 @@ MODULES = (
     "ip6table_filter",
     "ip6table_mangle",
 )
-# Tools the tests call inside the lab, beside the kernel itself.
-LAB_COMMANDS = ("linux", "modprobe", "ip", "ipvsadm", "ipset", "iptables", "conntrack", "promtool")
 BOOTS_VARIABLE = "IPVSPROXY_LAB_BOOTS"
 # Which share of the tests a boot runs ("index/boots"), read by the shard plugin inside.
 SHARD_VARIABLE = "IPVSPROXY_LAB_SHARD"
@@ -85,32 +85,12 @@ MAP_COUNT_FILE = Path("/proc/sys/vm/max_map_count")
 LAB_MAP_COUNT = 1_048_576
 
 
-def _missing_commands() -> list[str]:
-    return [command for command in LAB_COMMANDS if shutil.which(command) is None]
-
-
-def _install_packages() -> str | None:
-    """Install the lab's apt packages when we can; return why the lab cannot run, or None."""
-    if not _missing_commands():
-        return None
-    if os.geteuid() != 0:
-        return f"the lab needs {', '.join(_missing_commands())}; run as root to install them"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    print(f"lab: installing {' '.join(APT_PACKAGES)}", flush=True)
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *APT_PACKAGES]):
-        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)
-        if done.returncode != 0:
-            return f"lab: {' '.join(command[:2])} failed with status {done.returncode}"
-    missing = _missing_commands()
-    return f"the lab still lacks {', '.join(missing)} after apt-get install" if missing else None
-
-
 def unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "the lab boots network namespaces and needs root"
-    reason = _install_packages()
+    reason = packages.ensure(LAB_COMMANDS)
     if reason:
-        return reason
+        return f"the lab's packages: {reason}"
     if not any(UML_MODULES_ROOT.glob("*/kernel")):
         return f"no User-Mode Linux modules under {UML_MODULES_ROOT}"
     return None
