@@ -25,6 +25,20 @@ def _install(session: nox.Session, *groups: str) -> None:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
 
+def _packages(session: nox.Session, *commands: str) -> None:
+    """Install, with apt as root, the Debian packages of ``commands`` (COMMAND=PACKAGE) that are
+    missing: every session installs what it needs itself, whatever order they run in."""
+    session.run("python3", "-m", "tests.packages", *commands, external=True)
+
+
+def _controlplane(session: nox.Session) -> dict[str, str]:
+    """Build (or find in the cache) the real control plane; the environment naming its folder."""
+    build = ("python3", "-m", "tests.controlplane.build")
+    session.run(*build, external=True)
+    last_line = str(session.run(*build, external=True, silent=True)).strip().splitlines()[-1]
+    return {"IPVSPROXY_CONTROLPLANE": last_line.removeprefix("controlplane: ")}
+
+
 def _existing(*paths: str) -> list[str]:
     return [path for path in paths if Path(path).exists()]
 
@@ -45,10 +59,19 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit, contract (on the fakes) and api tiers: no root needed."""
+    """Unit, contract (on the fakes), api (the real kube-apiserver on loopback) and chart tiers."""
+    _packages(session, "promtool=prometheus", "openssl")
+    env = _controlplane(session)
     _install(session, "test")
     paths = _existing("tests/unit", "tests/contract", "tests/api", "tests/chart")
-    session.run("python", "-m", "pytest", *paths, *session.posargs)
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
+
+
+@nox.session(venv_backend="none")
+def controlplane(session: nox.Session) -> None:
+    """kube-apiserver, kube-controller-manager, kube-proxy and etcd, built from their Go modules
+    (tests/controlplane/go.mod) and cached; prints ``controlplane: DIR`` last."""
+    session.run("python3", "-m", "tests.controlplane.build", external=True)
 
 
 @nox.session
@@ -139,7 +162,7 @@ MMDEBSTRAP_SOURCES = (
     "deb http://deb.debian.org/debian bookworm-updates main",
     "deb http://deb.debian.org/debian-security bookworm-security main",
 )
-IMAGE_TOOLS = {"mmdebstrap": "mmdebstrap", "podman": "podman", "runc": "runc"}
+IMAGE_TOOLS = ("mmdebstrap", "podman", "runc")
 
 
 def _package_version() -> str:
@@ -194,13 +217,7 @@ def _image_id(session: nox.Session, tag: str, env: dict[str, str]) -> str:
 @nox.session
 def image(session: nox.Session) -> None:
     """The image, built offline (mmdebstrap + podman), run, and saved as an OCI archive."""
-    missing = [package for tool, package in IMAGE_TOOLS.items() if shutil.which(tool) is None]
-    if missing and os.geteuid() == 0:
-        session.run("apt-get", "update", external=True)
-        session.run("apt-get", "install", "--yes", "--no-install-recommends", *missing,
-                    external=True)  # fmt: skip
-    elif missing:
-        session.error(f"needs {', '.join(missing)} (apt-get install, as root)")
+    _packages(session, *IMAGE_TOOLS)
     context = IMAGE_DIR / "context"
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
