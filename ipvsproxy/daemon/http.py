@@ -39,11 +39,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from http import HTTPStatus
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,15 +483,27 @@ class HttpHub:
     def _push_deadline(self, connection: _Connection) -> None:
         heapq.heappush(self._deadlines, (connection.deadline, next(self._sequence), connection))
 
-    def _receive(self, selector: selectors.BaseSelector, connection: _Connection) -> None:
+    def _on_socket(
+        self,
+        selector: selectors.BaseSelector,
+        connection: _Connection,
+        operation: Callable[[socket.socket], T],
+    ) -> T | None:
+        """``operation`` on the connection's socket; None if it would block, or if the client
+        went away (reset, even in the middle of a long /metrics: no fault of ours), which
+        closes the connection."""
         try:
-            data = connection.socket.recv(_RECV_SIZE)
+            return operation(connection.socket)
         except BlockingIOError:
-            return
+            return None
         except OSError as error:
-            # A client that resets its connection is no fault of ours.
             log.debug("http: port %d: %s", connection.listener.port, error)
             self._close(selector, connection)
+            return None
+
+    def _receive(self, selector: selectors.BaseSelector, connection: _Connection) -> None:
+        data = self._on_socket(selector, connection, lambda sock: sock.recv(_RECV_SIZE))
+        if data is None:
             return
         if not data:
             self._close(selector, connection)
@@ -574,14 +588,8 @@ class HttpHub:
         self._send(selector, connection)
 
     def _send(self, selector: selectors.BaseSelector, connection: _Connection) -> None:
-        try:
-            sent = connection.socket.send(connection.outbox)
-        except BlockingIOError:
-            return
-        except OSError as error:
-            # Also a client that went away in the middle of a long /metrics.
-            log.debug("http: port %d: %s", connection.listener.port, error)
-            self._close(selector, connection)
+        sent = self._on_socket(selector, connection, lambda sock: sock.send(connection.outbox))
+        if sent is None:
             return
         connection.listener.pending_output -= sent
         connection.outbox = connection.outbox[sent:]
