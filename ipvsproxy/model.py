@@ -15,6 +15,7 @@ import enum
 import ipaddress
 import socket
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -382,7 +383,7 @@ class IPSetSpec:
 @dataclass(frozen=True, slots=True)
 class IPSetContent:
     spec: IPSetSpec
-    entries: frozenset[str] = frozenset()
+    entries: AbstractSet[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,10 +636,10 @@ class DesiredVirtualServer:
 class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
-    bound_addresses: frozenset[IPAddress]
+    bound_addresses: AbstractSet[IPAddress]
     # The node's own addresses that carry our virtual servers (NodePorts, and external or
     # load-balancer IPs the node already has); never bound on kube-ipvs0.
-    node_addresses: frozenset[IPAddress]
+    node_addresses: AbstractSet[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]
     # Virtual servers inside these are someone else's: never touched (--ipvs-exclude-cidrs).

@@ -11,7 +11,8 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
   a doubling backoff, then watch again from the same version.
 
-Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
+Objects are parsed once, as they arrive, into a persistent map: a snapshot is the map as it
+stands, and an event costs a copy of one chunk of it, so neither costs the cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from ipvsproxy.cluster.api import (
@@ -55,6 +55,7 @@ from ipvsproxy.model import (
     Rejection,
     Service,
 )
+from ipvsproxy.persistent import PersistentMap
 from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,10 @@ class Reflector(Generic[T]):
         self._backoff = backoff
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._store: dict[ObjectKey, T] = {}
+        self._store: PersistentMap[ObjectKey, T] = PersistentMap()
         self._rejections: dict[ObjectKey, list[Rejection]] = {}
+        # The problems of the objects in the store, as one list; None: to be made again.
+        self._problems: list[Rejection] | None = []
         # Keys added, changed or deleted since ``take_items``; None: unknown (a list came).
         self._touched: set[ObjectKey] | None = None
         self._resource_version = ""
@@ -164,20 +167,23 @@ class Reflector(Generic[T]):
         with self._lock:
             return self._resource_version
 
-    def items(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
-        """A copy of the store, and the problems of the objects in it."""
+    def items(self) -> tuple[Mapping[ObjectKey, T], list[Rejection]]:
+        """The store as it stands (immutable), and the problems of the objects in it."""
         with self._lock:
-            return self._copy()
+            return self._current()
 
-    def take_items(self) -> tuple[dict[ObjectKey, T], list[Rejection], frozenset[ObjectKey] | None]:
+    def take_items(
+        self,
+    ) -> tuple[Mapping[ObjectKey, T], list[Rejection], frozenset[ObjectKey] | None]:
         """``items``, and the keys touched since the last call (None: any may have changed)."""
         with self._lock:
             touched, self._touched = self._touched, set()
-            return *self._copy(), None if touched is None else frozenset(touched)
+            return *self._current(), None if touched is None else frozenset(touched)
 
-    def _copy(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
-        rejections = [r for problems in self._rejections.values() for r in problems]
-        return dict(self._store), rejections
+    def _current(self) -> tuple[Mapping[ObjectKey, T], list[Rejection]]:
+        if self._problems is None:
+            self._problems = [r for problems in self._rejections.values() for r in problems]
+        return self._store, list(self._problems)
 
     def relist(self) -> None:
         """List again, parsing each page as it arrives (the list's JSON is never held whole).
@@ -211,7 +217,8 @@ class Reflector(Generic[T]):
                     rejections[key] = problems
             version = page.resource_version
         with self._lock:
-            self._store, self._rejections = store, rejections
+            self._store, self._rejections = PersistentMap(store), rejections
+            self._problems = None
             self._touched = None
             self._resource_version = version
         if self.synced.is_set():
@@ -307,10 +314,11 @@ class Reflector(Generic[T]):
             (None, []) if event.type is EventType.DELETED else self._parse(event.object)
         )
         with self._lock:
-            self._store.pop(key, None)
-            self._rejections.pop(key, None)
-            if item is not None:
-                self._store[key] = item
+            self._store = self._store.updated(
+                None if item is None else {key: item}, () if item is not None else (key,)
+            )
+            if self._rejections.pop(key, None) is not None or problems:
+                self._problems = None
             if problems:
                 self._rejections[key] = problems
             if self._touched is not None:
@@ -420,17 +428,13 @@ class ClusterInformer:
 
     def _snapshot(
         self,
-        services: tuple[dict[ObjectKey, Service], list[Rejection]],
-        slices: tuple[dict[ObjectKey, EndpointSlice], list[Rejection]],
+        services: tuple[Mapping[ObjectKey, Service], list[Rejection]],
+        slices: tuple[Mapping[ObjectKey, EndpointSlice], list[Rejection]],
     ) -> tuple[ClusterSnapshot, list[Rejection]]:
         nodes, node_problems = self.node.items()
         node = nodes.get(ObjectKey("", self.node_name))
         rejections = [*services[1], *slices[1], *node_problems]
         if node is None:
             rejections.append(Rejection(f"Node {self.node_name}", MISSING_NODE))
-        snapshot = ClusterSnapshot(
-            services=MappingProxyType(services[0]),
-            endpoint_slices=MappingProxyType(slices[0]),
-            node=node,
-        )
+        snapshot = ClusterSnapshot(services=services[0], endpoint_slices=slices[0], node=node)
         return snapshot, rejections

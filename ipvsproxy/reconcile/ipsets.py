@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 
 from ipvsproxy.kernel.errors import EntryError
@@ -46,7 +47,7 @@ def plan_ipsets(
         current = actual.get(name)
         if current is None:
             ops.append(CreateIPSet(wanted.spec))
-            have: frozenset[str] = frozenset()
+            have: AbstractSet[str] = frozenset()
         else:
             have = current.entries
         entries = canonical_entries(wanted)

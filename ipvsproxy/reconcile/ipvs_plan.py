@@ -39,12 +39,12 @@ def owned_addresses(
     """Addresses whose virtual servers are ours: kube-ipvs0's, now or to be, node ports', and
     the node's own addresses that carried ours before (an external IP that is the node's
     address, since dropped: nothing else says its virtual server was ours)."""
-    return (
-        desired.bound_addresses
-        | desired.node_addresses
-        | desired.node_port_addresses
-        | node_addresses_before
-        | frozenset(bound_now)
+    return frozenset().union(
+        desired.bound_addresses,
+        desired.node_addresses,
+        desired.node_port_addresses,
+        node_addresses_before,
+        bound_now,
     )
 
 

@@ -159,9 +159,9 @@ class Reconciler:
     ) -> SyncResult:
         not_applied = _not_applied(outcome)
         self._record = record_applied(desired, not_applied)
-        self._node_addresses_before = desired.node_addresses | {
+        self._node_addresses_before = frozenset(desired.node_addresses).union(
             op.key.address for op in not_applied if isinstance(op, DeleteVirtualServer)
-        }
+        )
         self._drains = kept | {drain.ref: drain for drain in plan.ipvs.draining}
         return SyncResult(
             plan=plan,

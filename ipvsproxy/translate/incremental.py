@@ -15,7 +15,7 @@ Not thread-safe; an exception in ``update`` leaves the state unusable until ``re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -35,6 +35,7 @@ from ipvsproxy.model import (
     Service,
     VirtualServerKey,
 )
+from ipvsproxy.persistent import PersistentMap, PersistentSet
 from ipvsproxy.translate.conflicts import Claim, settle
 from ipvsproxy.translate.endpoints import AddressCache
 from ipvsproxy.translate.ipsets import (
@@ -113,6 +114,16 @@ class _Won:
 
 
 @dataclass(frozen=True, slots=True)
+class _Published:
+    """The big containers of the last desired state, shared with the next one's."""
+
+    servers: PersistentMap[VirtualServerKey, DesiredVirtualServer]
+    bound: PersistentSet[IPAddress]
+    nodes: PersistentSet[IPAddress]
+    entries: Mapping[str, PersistentSet[str]]
+
+
+@dataclass(frozen=True, slots=True)
 class Translated:
     desired: DesiredState
     # Against the previous ``desired``.
@@ -128,6 +139,7 @@ class IncrementalTranslation:
     def _reset(self, node: NodeFacts | None) -> None:
         self._node = node
         self._desired: DesiredState | None = None
+        self._published = _Published(PersistentMap(), PersistentSet(), PersistentSet(), {})
         self._slices: dict[ObjectKey, dict[ObjectKey, EndpointSlice]] = {}
         self._slice_owners: dict[ObjectKey, ObjectKey] = {}
         self._slice_rejections: dict[ObjectKey, Rejection] = {}
@@ -136,7 +148,6 @@ class IncrementalTranslation:
         self._claims: dict[VirtualServerKey, dict[ObjectKey, Claim]] = {}
         self._conflicts: dict[VirtualServerKey, list[Rejection]] = {}
         self._won: dict[VirtualServerKey, _Won] = {}
-        self._servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
         self._servers_before: dict[VirtualServerKey, DesiredVirtualServer | None] = {}
         self._entries: dict[str, _Counted[str]] = {name: _Counted() for name in SPECS}
         self._bound: _Counted[IPAddress] = _Counted()
@@ -312,7 +323,6 @@ class IncrementalTranslation:
         if won.blocks_node:
             self._blocked.add(key)
             self._blocked_changed = True
-        self._servers[key] = wanted
         self._won[key] = won
 
     def _let_go(self, key: VirtualServerKey, won: _Won) -> None:
@@ -322,49 +332,72 @@ class IncrementalTranslation:
         if won.blocks_node:
             self._blocked.discard(key)
             self._blocked_changed = True
-        del self._servers[key]
 
     # -- the result ----------------------------------------------------------------------------
 
     def _result(self, node: NodeFacts) -> Translated:
+        """The new desired state: what changed is written into copies of the previous one's
+        containers that share everything else with them (``persistent``), so its cost follows
+        the change."""
         previous = self._desired
-        servers_changed = {
-            key: before
-            for key, before in self._servers_before.items()
-            if before is not (now := self._servers.get(key)) and before != now
-        }
+        servers_changed: dict[VirtualServerKey, DesiredVirtualServer | None] = {}
+        servers_now: dict[VirtualServerKey, DesiredVirtualServer] = {}
+        for key, before in self._servers_before.items():
+            won = self._won.get(key)
+            now = None if won is None else won.wanted
+            if before is not now and before != now:
+                servers_changed[key] = before
+                if now is not None:
+                    servers_now[key] = now
         self._servers_before = {}
         added: dict[str, frozenset[str]] = {}
         removed: dict[str, frozenset[str]] = {}
         for name, counted in self._entries.items():
             added[name], removed[name] = counted.delta()
-        emptied_or_filled = False
-        ipsets = {} if previous is None else dict(previous.ipsets)
-        for name, spec in SPECS.items():
-            if previous is None or added[name] or removed[name]:
-                ipsets[name] = IPSetContent(spec, frozenset(self._entries[name].counts))
-                emptied_or_filled |= previous is None or (
-                    bool(ipsets[name].entries) != bool(previous.ipsets[name].entries)
-                )
         bound, unbound = self._bound.delta()
         nodes_came, nodes_went = self._nodes.delta()
+        published = self._published
+        if previous is None:
+            # Everything is new: built whole, rather than grown one update at a time.
+            published = _Published(
+                PersistentMap(servers_now),
+                PersistentSet(self._bound.counts.keys()),
+                PersistentSet(self._nodes.counts.keys()),
+                {name: PersistentSet(self._entries[name].counts.keys()) for name in SPECS},
+            )
+        else:
+            published = _Published(
+                published.servers.updated(servers_now, servers_changed.keys() - servers_now.keys()),
+                published.bound.updated(bound, unbound),
+                published.nodes.updated(nodes_came, nodes_went),
+                {
+                    name: entries.updated(added[name], removed[name])
+                    for name, entries in published.entries.items()
+                },
+            )
+        self._published = published
+        ipsets = {
+            name: previous.ipsets[name]
+            if previous is not None and previous.ipsets[name].entries is published.entries[name]
+            else IPSetContent(spec, published.entries[name])
+            for name, spec in SPECS.items()
+        }
+        emptied_or_filled = previous is None or any(
+            bool(ipsets[name].entries) != bool(previous.ipsets[name].entries)
+            for name in SPECS
+            if added[name] or removed[name]
+        )
         iptables = (
             build_iptables(self._settings, ipsets, self._blocked, node.pod_cidrs)
             if previous is None or emptied_or_filled or self._blocked_changed
             else previous.iptables
         )
         desired = DesiredState(
-            virtual_servers=MappingProxyType(dict(self._servers))
-            if previous is None or servers_changed
-            else previous.virtual_servers,
-            bound_addresses=frozenset(self._bound.counts)
-            if previous is None or bound or unbound
-            else previous.bound_addresses,
-            node_addresses=frozenset(self._nodes.counts)
-            if previous is None or nodes_came or nodes_went
-            else previous.node_addresses,
+            virtual_servers=published.servers,
+            bound_addresses=published.bound,
+            node_addresses=published.nodes,
             node_port_addresses=frozenset(node.node_port_addresses),
-            ipsets=MappingProxyType(dict(ipsets)),
+            ipsets=MappingProxyType(ipsets),
             iptables=iptables,
             exclude_cidrs=self._settings.exclude_cidrs,
             health_check_node_ports=MappingProxyType(dict(self._health_checks))

@@ -18,7 +18,7 @@ from tests.api.test_read_cluster import SERVICES_PATH, service
 
 
 def services(reflector: Reflector[Service]) -> dict[ObjectKey, Service]:
-    return reflector.items()[0]
+    return dict(reflector.items()[0])
 
 
 def rejected(reflector: Reflector[Service]) -> list[str]:
