@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ipvsproxy.bounded_load import LoadError, load_documents
+from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
@@ -85,6 +85,8 @@ IGNORED_FIELDS = frozenset(
 )
 
 MASQUERADE_BIT_MAX = 31
+# A KubeProxyConfiguration is a few kilobytes, and a ConfigMap holds at most 1 MiB.
+MAX_CONFIG_FILE_BYTES = 1 << 20
 
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
@@ -214,7 +216,8 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The fields of a KubeProxyConfiguration file we use, by dotted path, and warnings."""
     label = f"--config {path}"
     try:
-        documents = load_documents(path.read_text()).documents
+        data, _ = read_bounded(path, MAX_CONFIG_FILE_BYTES, "for a config file")
+        documents = load_documents(data.decode("utf-8")).documents
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{label}: {getattr(error, 'strerror', None) or error}") from None
     except LoadError as error:

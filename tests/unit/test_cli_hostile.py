@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +176,39 @@ def test_json_plan_lists_each_skip_with_its_category(
     services = {op.get("service") for op in plan["operations"]}
     assert {"kube-system/kube-dns:dns", "kube-system/kube-dns:dns-tcp"} <= services
     assert "kube-system/kube-dns:metrics" in services
+
+
+def _command_exit_2(args: list[str]) -> str:
+    """The command run as a process of its own: a FIFO that blocked it would time out."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ipvsproxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    return done.stderr.strip()
+
+
+def test_a_fifo_config_is_refused_in_one_line_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    message = _command_exit_2(_dry_run("--config", str(fifo), "--source", EXAMPLE))
+    assert message.endswith(f"{fifo}: not a regular file but a FIFO; not read")
+
+
+def test_dev_zero_config_is_refused_in_one_line() -> None:
+    message = _command_exit_2(_dry_run("--config", "/dev/zero", "--source", EXAMPLE))
+    assert message.endswith("/dev/zero: not a regular file but a character device; not read")
+
+
+def test_a_config_file_over_one_mebibyte_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("# " + "x" * (1 << 20) + "\n")
+    output = _one_line_exit_2(_dry_run("--config", str(config), "--source", EXAMPLE))
+    assert output == (
+        f"ipvsproxy: --config {config}: {(1 << 20) + 3} bytes, over the bound of 1048576 bytes "
+        "for a config file; not read\n"
+    )
