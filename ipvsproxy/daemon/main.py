@@ -95,7 +95,12 @@ def serve_daemon(
             raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
         source: ClusterSource
         if source_path is not None:
-            source = FileSource(source_path, config.hostname, on_change=daemon.changed)
+            source = FileSource(
+                source_path,
+                config.hostname,
+                on_change=daemon.changed,
+                max_file_size=config.source_max_file_size,
+            )
         else:
             try:
                 api = connect(config.kubeconfig, config.master or None)

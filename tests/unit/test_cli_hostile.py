@@ -192,15 +192,19 @@ def _command_exit_2(args: list[str]) -> str:
     return done.stderr.strip()
 
 
-def test_a_fifo_config_is_refused_in_one_line_without_blocking(tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_a_fifo_is_refused_in_one_line_without_blocking(tmp_path: Path, option: str) -> None:
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
-    message = _command_exit_2(_dry_run("--config", str(fifo), "--source", EXAMPLE))
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, str(fifo), *extra))
     assert message.endswith(f"{fifo}: not a regular file but a FIFO; not read")
 
 
-def test_dev_zero_config_is_refused_in_one_line() -> None:
-    message = _command_exit_2(_dry_run("--config", "/dev/zero", "--source", EXAMPLE))
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_dev_zero_is_refused_in_one_line(option: str) -> None:
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, "/dev/zero", *extra))
     assert message.endswith("/dev/zero: not a regular file but a character device; not read")
 
 
@@ -212,3 +216,22 @@ def test_a_config_file_over_one_mebibyte_is_refused(tmp_path: Path) -> None:
         f"ipvsproxy: --config {config}: {(1 << 20) + 3} bytes, over the bound of 1048576 bytes "
         "for a config file; not read\n"
     )
+
+
+def test_a_source_file_over_source_max_file_size_is_refused(tmp_path: Path) -> None:
+    size = Path(EXAMPLE).stat().st_size
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, "--source-max-file-size", "1Ki"))
+    assert output == (
+        f"ipvsproxy: {EXAMPLE}: {size} bytes, over the bound of 1024 bytes "
+        "(--source-max-file-size); not read\n"
+    )
+    allowed = CliRunner().invoke(
+        main, _dry_run("--source", EXAMPLE, "--source-max-file-size", str(size))
+    )
+    assert allowed.exit_code == 0, allowed.output
+
+
+@pytest.mark.parametrize("value", ["64Q", "-1", "0", "1.5Mi"])
+def test_a_bad_source_max_file_size_is_a_usage_error(value: str) -> None:
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, f"--source-max-file-size={value}"))
+    assert output.startswith(f"ipvsproxy: --source-max-file-size {value!r}: ")
