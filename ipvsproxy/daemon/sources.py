@@ -60,12 +60,21 @@ class ApiSource:
         return Reading(*self._informer.take_snapshot())
 
 
+# A reading that would delete more than this share of the services the last one programmed
+# waits until the folder has been stable for ``STABLE_POLLS`` polls: a folder being re-created
+# and filled one file at a time must not be programmed file by file.
+MASS_DELETION_SHARE = 0.5
+STABLE_POLLS = 2
+
+
 class FileSource:
     """A manifest file or folder, polled: each poll reads again only the files that changed.
 
     A reading that cannot be used (a file that does not parse, is too big, cannot be opened;
     no Service at all) is reported once and the last good reading is kept: a half-written
-    manifest must not remove every service.
+    manifest must not remove every service. One that would delete more than half of the last
+    good reading's services waits until the folder has been stable for two polls (or until a
+    later reading deletes nothing).
     """
 
     def __init__(
@@ -85,6 +94,8 @@ class FileSource:
         # What changed between the reading ``snapshot`` last returned and the current one.
         self._untaken = ChangedKeys(frozenset(), frozenset())
         self._reported: set[str] = set()
+        self._quiet_polls = 0
+        self._holding = False
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="source-files", daemon=True)
@@ -113,17 +124,20 @@ class FileSource:
             self._stop.wait(self._poll_interval)
 
     def poll_once(self) -> None:
-        """Read what changed, and publish the reading if it is good."""
+        """Read what changed, and publish the reading if it is good (and not held back)."""
         try:
             refresh = self._folder.refresh()
         except SourceError as error:
+            self._quiet_polls = 0
             self._report([str(error)])
             return
+        quiet = not refresh.changed and not self._folder.problems
+        self._quiet_polls = self._quiet_polls + 1 if quiet else 0
         problems = self._folder.problems
         if not problems and not self._folder.services:
             problems = [no_services(self._path)]
         self._report(problems)
-        if problems or not self._folder.changed:
+        if problems or not self._folder.changed or self._held_back():
             return
         self._publish(refresh)
 
@@ -133,6 +147,37 @@ class FileSource:
             if problem not in self._reported:
                 log.warning("%s; keeping the last good reading", problem)
         self._reported = set(problems)
+
+    def _held_back(self) -> bool:
+        """Whether the reading deletes too much to be used before the folder is stable."""
+        last = self._current[0].services if self._current is not None else {}
+        removed = self._folder.removed_services(last)
+        # Once held, a reading waits until it deletes nothing or the folder is stable: a
+        # folder being filled would otherwise be used as soon as it is half full.
+        if removed == 0 or (not self._holding and removed <= MASS_DELETION_SHARE * len(last)):
+            self._holding = False
+            return False
+        if self._quiet_polls < STABLE_POLLS:
+            if not self._holding:
+                log.warning(
+                    "%s: this reading would delete %d of the %d services of the last good one; "
+                    "waiting until the folder has been stable for %d polls",
+                    self._path,
+                    removed,
+                    len(last),
+                    STABLE_POLLS,
+                )
+            self._holding = True
+            return True
+        log.warning(
+            "%s: stable for %d polls; deleting %d of %d services",
+            self._path,
+            STABLE_POLLS,
+            removed,
+            len(last),
+        )
+        self._holding = False
+        return False
 
     def _publish(self, refresh: Refresh) -> None:
         current = self._folder.snapshot()

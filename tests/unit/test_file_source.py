@@ -259,6 +259,55 @@ def test_a_file_older_than_the_racy_window_is_not_read_again(tmp_path: Path) -> 
     assert folder.refresh().read == 0
 
 
+def test_a_folder_recreated_file_by_file_keeps_the_last_good_reading(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    one_service_per_file(folder, 15)
+    files = source(folder)
+    files.poll_once()
+    assert len(published(files)) == 15
+    shutil.rmtree(folder)
+    folder.mkdir()
+    write(folder / "node.yaml", [node()])
+    for index in range(15):
+        write(folder / f"svc-{index:05}.yaml", [service(index)])
+        files.poll_once()
+        assert len(published(files)) == 15, f"after file {index + 1}"
+    holds = [r.getMessage() for r in caplog.records if "waiting until" in r.getMessage()]
+    assert holds == [
+        f"{folder}: this reading would delete 14 of the 15 services of the last good one; "
+        "waiting until the folder has been stable for 2 polls"
+    ]
+
+
+def test_a_mass_deletion_is_applied_once_the_folder_is_stable_for_two_polls(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    one_service_per_file(tmp_path, 15)
+    files = source(tmp_path)
+    files.poll_once()
+    for index in range(1, 15):
+        (tmp_path / f"svc-{index:05}.yaml").unlink()
+    files.poll_once()
+    files.poll_once()
+    assert len(published(files)) == 15
+    files.poll_once()
+    assert published(files) == {ObjectKey("default", "svc-0")}
+    assert f"{tmp_path}: stable for 2 polls; deleting 14 of 15 services" in caplog.messages
+
+
+def test_deleting_half_or_less_is_applied_at_once(tmp_path: Path) -> None:
+    one_service_per_file(tmp_path, 4)
+    files = source(tmp_path)
+    files.poll_once()
+    for index in (0, 1):
+        (tmp_path / f"svc-{index:05}.yaml").unlink()
+    files.poll_once()
+    assert len(published(files)) == 2
+
+
 def test_a_broken_file_keeps_the_last_good_reading_and_is_reported_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
