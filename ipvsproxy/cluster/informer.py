@@ -7,7 +7,9 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
 * watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
   forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
-* 410 Gone (the version fell out of the server's history) means list again;
+* 410 Gone (the version fell out of the server's history) means list again, after the same
+  backoff as any failure (a server that answers every watch with 410 must not be listed in a
+  loop: 283 Node lists in 19 s, and every proxy of a cluster does it);
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
   a doubling backoff, then watch again from the same version.
 
@@ -264,12 +266,12 @@ class Reflector(Generic[T]):
             except ApiError as error:
                 if stop.is_set():
                     return
-                if error.status == _GONE and not must_list:
-                    log.info("%s; listing %s again", error, self.resource.plural)
-                    must_list = True
-                    continue
                 delay = next(delays)
-                log.warning("%s; retrying in %.1f s", error, delay)
+                if error.status == _GONE and not must_list:
+                    log.info("%s; listing %s again in %.1f s", error, self.resource.plural, delay)
+                    must_list = True
+                else:
+                    log.warning("%s; retrying in %.1f s", error, delay)
             # A bug must not end the thread that keeps the proxy's view of the cluster.
             except Exception:
                 delay = next(delays)

@@ -13,7 +13,8 @@ It keeps the parts of the API's list/watch contract that a proxy relies on:
 
 Tests drive it through hooks: ``apply``/``delete`` objects, ``fail_next`` requests with a status,
 ``expire_continue_tokens``, ``compact`` the watch history, ``bookmark``, ``stall``/``resume``,
-``drop_connections`` and ``restart`` on the same port.
+``drop_connections`` and ``restart`` on the same port. Some do what a real API server never
+would, for the client's defences: ``answer_watches_with_gone``.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class _State:
     trickle: float = 0.0
     # Bumped to end every open watch stream abruptly.
     drops: int = 0
+    # Every watch answered with 410 Gone, whatever its resourceVersion.
+    gone_watches: bool = False
 
 
 @dataclass(slots=True)
@@ -328,6 +331,11 @@ class FakeApiServer:
         with self._state.changed:
             self._state.trickle = interval
 
+    def answer_watches_with_gone(self) -> None:
+        """Answer every watch from now on with an ERROR event carrying 410 Gone."""
+        with self._state.changed:
+            self._state.gone_watches = True
+
     def resume(self) -> None:
         with self._state.changed:
             self._state.stalled = False
@@ -539,6 +547,10 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.state
         with state.changed:
             cursor = _Cursor(0, state.bookmarks, state.drops)
+            if state.gone_watches:
+                message = f"too old resource version: {since} (answering every watch so)"
+                yield {"type": "ERROR", "object": status_body(410, "Expired", message)}
+                return
             if since in ("", "0"):
                 cursor.position = state.resource_version
                 initial = [copy.deepcopy(o) for o in state.objects.values() if selected.selects(o)]
