@@ -11,7 +11,9 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
   backoff as any failure (a server that answers every watch with 410 must not be listed in a
   loop: 283 Node lists in 19 s, and every proxy of a cluster does it);
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
-  a doubling backoff, then watch again from the same version.
+  a doubling backoff, then watch again from the same version;
+* a line of the stream that is no usable event (not JSON, nested too deep, the wrong shape,
+  over 16 MiB) is skipped with one log line, counted, and the stream read on.
 
 Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
 """
@@ -32,6 +34,7 @@ from ipvsproxy.cluster.api import (
     PAGE_SIZE,
     SERVICES,
     EventType,
+    MalformedEvent,
     Resource,
     Selectors,
     WatchEvent,
@@ -102,6 +105,8 @@ class InformerHooks:
     relisted: Callable[[str], None] = _ignore
     # A watch started again after its stream ended or failed.
     watch_restarted: Callable[[str], None] = _ignore
+    # A watch stream carried a line that is no usable event (skipped).
+    malformed_event: Callable[[str], None] = _ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +243,10 @@ class Reflector(Generic[T]):
         count = 0
         try:
             for event in events:
+                if isinstance(event, MalformedEvent):
+                    log.warning("%s; skipped it", event.reason)
+                    self._hooks.malformed_event(self.resource.plural.lower())
+                    continue
                 self._apply(event)
                 count += 1
         finally:

@@ -8,17 +8,24 @@ in for it: one cannot be made to send garbage.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ipvsproxy.cluster.api import MAX_EVENT_BYTES
 from ipvsproxy.cluster.connection import ApiConnection, RetryPolicy, Timeouts, connect
-from ipvsproxy.cluster.informer import Backoff, ClusterInformer
-from tests.api.fake_apiserver import NODE, FakeApiServer, Request
+from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.model import ObjectKey
+from ipvsproxy.translate import Settings
+from tests.api.fake_apiserver import NODE, SERVICE, FakeApiServer, Request
 
 PATIENCE = 15.0
 NODE_NAME = "node-a"
@@ -59,6 +66,44 @@ def server(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ApiConnection]]:
             yield fake, api
 
 
+class Informer:
+    """A started ClusterInformer, with what its hooks reported."""
+
+    def __init__(self, api: ApiConnection) -> None:
+        self.malformed: Counter[str] = Counter()
+        self.informer = ClusterInformer(
+            api,
+            NODE_NAME,
+            # Long watches: a test sees one stream go on, not the server's timeout.
+            watch_timeout=60,
+            backoff=BACKOFF,
+            hooks=InformerHooks(malformed_event=self.count_malformed),
+        )
+
+    def count_malformed(self, resource: str) -> None:
+        self.malformed[resource] += 1
+
+    def has_service(self, name: str) -> bool:
+        return ObjectKey("default", name) in self.informer.snapshot()[0].services
+
+
+@pytest.fixture
+def informer(server: tuple[FakeApiServer, ApiConnection]) -> Iterator[Informer]:
+    started = Informer(server[1])
+    started.informer.start()
+    assert started.informer.wait_for_sync(PATIENCE)
+    yield started
+    started.informer.stop()
+
+
+def service_watches(fake: FakeApiServer) -> int:
+    return sum(1 for r in fake.requests if r.path == SERVICE.path and r.query.get("watch"))
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_relists_after_410_back_off_like_any_failure(
     server: tuple[FakeApiServer, ApiConnection],
 ) -> None:
@@ -74,7 +119,7 @@ def test_relists_after_410_back_off_like_any_failure(
                 node_lists.append(time.monotonic())
 
     fake.on_request = record
-    informer = ClusterInformer(api, NODE_NAME, backoff=BACKOFF)
+    informer = Informer(api).informer
     informer.start()
     try:
         assert informer.wait_for_sync(PATIENCE)
@@ -89,3 +134,111 @@ def test_relists_after_410_back_off_like_any_failure(
     # In the first two seconds: at most 4 lists (0.2 + 0.4 + 0.8 s of waiting); without the
     # backoff, hundreds.
     assert sum(1 for at in seen if at - seen[0] < 2.0) <= 4
+
+
+def test_an_event_nested_5000_deep_is_one_line_and_the_watch_goes_on(
+    server: tuple[FakeApiServer, ApiConnection],
+    informer: Informer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Needs the fake: kube-apiserver cannot be made to send an event nested 5,000 deep."""
+    fake, _ = server
+    assert eventually(lambda: fake.open_watches == 3)
+    watches = service_watches(fake)
+    fake.send_raw("Service", b'{"type": "ADDED", "object": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    fake.apply(service("after"))
+
+    assert eventually(lambda: informer.has_service("after"))
+    assert [r.getMessage() for r in warnings(caplog)] == [
+        "watching Services: the API server sent an event nested too deep to decode; skipped it"
+    ]
+    assert not any(r.exc_info for r in caplog.records)
+    assert informer.malformed == Counter({"services": 1})
+    assert service_watches(fake) == watches
+
+
+def test_a_bookmark_whose_metadata_is_a_list_is_one_line_and_the_watch_goes_on(
+    server: tuple[FakeApiServer, ApiConnection],
+    informer: Informer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Needs the fake: kube-apiserver only sends bookmarks it made itself, well formed."""
+    fake, _ = server
+    assert eventually(lambda: fake.open_watches == 3)
+    watches = service_watches(fake)
+    version = informer.informer.services.resource_version
+    fake.send_raw(
+        "Service", b'{"type": "BOOKMARK", "object": {"kind": "Service", "metadata": [1]}}'
+    )
+    fake.apply(service("after"))
+
+    assert eventually(lambda: informer.has_service("after"))
+    assert [r.getMessage() for r in warnings(caplog)] == [
+        "watching Services: the API server sent a BOOKMARK event whose metadata is not an "
+        "object; skipped it"
+    ]
+    assert not any(r.exc_info for r in caplog.records)
+    assert informer.malformed == Counter({"services": 1})
+    assert service_watches(fake) == watches
+    assert informer.informer.services.resource_version != version
+
+
+def test_an_object_sent_in_4_kib_chunks_arrives_whole(
+    server: tuple[FakeApiServer, ApiConnection], informer: Informer
+) -> None:
+    """Needs the fake: kube-apiserver writes an event at once, and etcd refuses a 12 MiB object."""
+    fake, _ = server
+    fake.chunk_watch_events(4096)
+    big = "x" * (12 << 20)
+    fake.apply(service("big", note=big, **{"ipvsproxy.io/scheduler": "wrr"}))
+
+    # Joining 3,072 chunks one onto the other copied 19 GB: it took longer than the patience.
+    assert eventually(lambda: informer.has_service("big"))
+    arrived = informer.informer.snapshot()[0].services[ObjectKey("default", "big")]
+    assert arrived.annotations == {"ipvsproxy.io/scheduler": "wrr"}
+
+
+def test_an_event_over_16_mib_is_one_line_and_the_watch_goes_on(
+    server: tuple[FakeApiServer, ApiConnection],
+    informer: Informer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Needs the fake: etcd refuses objects past 1.5 MiB, so kube-apiserver never sends one."""
+    fake, _ = server
+    assert eventually(lambda: fake.open_watches == 3)
+    fake.chunk_watch_events(1 << 20)
+    fake.apply(service("huge", note="x" * MAX_EVENT_BYTES))
+    fake.apply(service("after"))
+
+    assert eventually(lambda: informer.has_service("after"))
+    assert not informer.has_service("huge")
+    [warning] = [r.getMessage() for r in warnings(caplog)]
+    assert warning.startswith("watching Services: the API server sent an event of ")
+    assert warning.endswith(f"bytes or more, over the bound of {MAX_EVENT_BYTES}; skipped it")
+    assert informer.malformed == Counter({"services": 1})
+
+
+def test_the_daemon_counts_malformed_events_by_resource(
+    server: tuple[FakeApiServer, ApiConnection],
+) -> None:
+    """Needs the fake: kube-apiserver never sends a watch line that is not JSON."""
+    fake, api = server
+    daemon = Daemon(FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=None))
+    informer = ClusterInformer(
+        api, NODE_NAME, watch_timeout=60, backoff=BACKOFF, hooks=daemon.informer_hooks()
+    )
+    informer.start()
+    try:
+        assert informer.wait_for_sync(PATIENCE)
+        assert eventually(lambda: fake.open_watches == 3)
+        fake.send_raw("EndpointSlice", b"not json")
+        assert eventually(
+            lambda: (
+                daemon.metrics.registry.get_sample_value(
+                    "ipvsproxy_watch_malformed_events_total", {"resource": "endpointslices"}
+                )
+                == 1
+            )
+        )
+    finally:
+        informer.stop()
