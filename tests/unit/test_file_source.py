@@ -459,3 +459,22 @@ def test_the_thread_is_not_synced_until_it_reads_once(tmp_path: Path) -> None:
         assert files.wait_for_sync(10)
     finally:
         files.stop()
+
+
+def test_a_configmap_volume_is_followed_through_its_data_link_swaps(tmp_path: Path) -> None:
+    # kubelet's layout: ..data -> a timestamped folder, each key a link through ..data; an update
+    # writes a new folder and renames a new ..data link over the old one.
+    def publish(version: str, objects: list[dict[str, Any]]) -> None:
+        (tmp_path / version).mkdir()
+        write(tmp_path / version / "cluster.json", objects, age_ns=AN_HOUR_NS)
+        (tmp_path / "..data_tmp").symlink_to(version)
+        os.replace(tmp_path / "..data_tmp", tmp_path / "..data")
+
+    publish("..2026_01_01", [node(), service(1), service(2)])
+    (tmp_path / "cluster.json").symlink_to("..data/cluster.json")
+    files = source(tmp_path)
+    files.poll_once()
+    assert published(files) == {ObjectKey("default", "svc-1"), ObjectKey("default", "svc-2")}
+    publish("..2026_01_02", [node(), service(1), service(2), service(3)])
+    files.poll_once()
+    assert len(published(files)) == 3
