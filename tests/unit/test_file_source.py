@@ -6,6 +6,7 @@ the order of events matters, and by its own thread where it does not.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -359,11 +360,17 @@ def test_subfolders_vanishing_while_polled_are_not_an_error(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def lowest_free_descriptor() -> int:
-    """A soft RLIMIT_NOFILE of this makes the next open fail with EMFILE."""
+@contextlib.contextmanager
+def no_descriptor_left() -> Iterator[None]:
+    """RLIMIT_NOFILE's soft limit lowered inside the block: the next open fails with EMFILE."""
     free = os.dup(0)
     os.close(free)
-    return free
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_emfile_is_reported_and_the_next_poll_recovers(
@@ -371,12 +378,8 @@ def test_emfile_is_reported_and_the_next_poll_recovers(
 ) -> None:
     one_service_per_file(tmp_path, 2)
     files = source(tmp_path)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free_descriptor(), hard))
-    try:
+    with no_descriptor_left():
         files.poll_once()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert caplog.messages == [
         f"{tmp_path}: cannot read: Too many open files; keeping the last good reading"
     ]
@@ -392,19 +395,11 @@ def test_emfile_opening_one_file_is_retried_at_the_next_poll(
     files = source(tmp_path)
     files.poll_once()
     write(tmp_path / "svc-00001.yaml", [service(1, clusterIP="10.99.0.1")], age_ns=AN_HOUR_NS)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    real_scandir = os.scandir
-
-    def scandir_then_no_descriptors(path: str) -> Any:
-        entries = list(real_scandir(path))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free_descriptor(), hard))
-        return _Entries(entries)
-
-    monkeypatch.setattr(os, "scandir", scandir_then_no_descriptors)
-    try:
+    listed = _Entries(os.scandir(tmp_path))
+    # The folder listed before the limit is lowered: only opening the changed file fails.
+    monkeypatch.setattr(os, "scandir", lambda _: listed)
+    with no_descriptor_left():
         files.poll_once()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     monkeypatch.undo()
     assert files.snapshot().snapshot.services[ObjectKey("default", "svc-1")].cluster_ips == (
         "10.96.0.2",
