@@ -136,6 +136,34 @@ def test_relists_after_410_back_off_like_any_failure(
     assert sum(1 for at in seen if at - seen[0] < 2.0) <= 4
 
 
+def test_the_first_relist_after_failures_waits_the_first_delay_not_theirs(
+    server: tuple[FakeApiServer, ApiConnection],
+    informer: Informer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Needs the fake: a real server cannot be told to fail nine requests, then 410 every watch."""
+    fake, _ = server
+    caplog.set_level(logging.INFO, logger="ipvsproxy.cluster.informer")
+    assert eventually(lambda: fake.open_watches == 3)
+    fake.answer_watches_with_gone()
+    # Nine failed re-watches among three reflectors: one of them failed three times or more.
+    fake.fail_next(9, 503)
+    fake.drop_connections()
+    resources = ("Services", "EndpointSlices", "Nodes")
+
+    def first_relists() -> dict[str, str]:
+        found: dict[str, str] = {}
+        for message in caplog.messages:
+            for resource in resources:
+                if f"listing {resource} again in" in message:
+                    found.setdefault(resource, message.rsplit(" in ", 1)[1])
+        return found
+
+    assert eventually(lambda: len(first_relists()) == 3)
+    assert any(message.endswith("retrying in 0.8 s") for message in caplog.messages)
+    assert first_relists() == dict.fromkeys(resources, "0.2 s")
+
+
 NESTED_5000_DEEP = b'{"type": "ADDED", "object": ' + b"[" * 5000 + b"]" * 5000 + b"}"
 BOOKMARK_METADATA_LIST = b'{"type": "BOOKMARK", "object": {"kind": "Service", "metadata": [1]}}'
 
