@@ -1,12 +1,15 @@
-"""A watch stream cut into lines, whatever its HTTP chunks; the watch events read from them."""
+"""What the API server answers, read within bounds: a watch stream cut into lines whatever its
+HTTP chunks, the events read from them, and list pages."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes import client
 
 from ipvsproxy.cluster.api import (
     MAX_EVENT_BYTES,
@@ -15,7 +18,13 @@ from ipvsproxy.cluster.api import (
     WatchEvent,
     decode_watch_line,
 )
-from ipvsproxy.cluster.connection import ApiError, OversizedLine, split_lines
+from ipvsproxy.cluster.connection import (
+    ApiConnection,
+    ApiError,
+    OversizedLine,
+    request_json,
+    split_lines,
+)
 
 
 def cut(data: bytes, sizes: list[int]) -> list[bytes]:
@@ -96,3 +105,23 @@ def test_a_good_event_keeps_its_version() -> None:
     good = event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}})
     assert isinstance(good, WatchEvent)
     assert good.resource_version == "12"
+
+
+class DeepListPage:
+    """A response as the generated client returns it unread: a page nested 5,000 deep."""
+
+    data = b'{"items": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_a_list_page_nested_too_deep_is_a_one_line_api_error() -> None:
+    def list_services(**_: Any) -> DeepListPage:
+        return DeepListPage()
+
+    with ApiConnection(client.ApiClient()) as api, pytest.raises(ApiError) as raised:
+        request_json(api, "listing Services", list_services)
+    assert str(raised.value) == (
+        f"listing Services: the API server at {api.host} sent JSON nested too deep to decode"
+    )
