@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
-from ipvsproxy.cluster.source import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
+from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
 from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses

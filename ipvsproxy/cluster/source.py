@@ -2,8 +2,9 @@
 
 Accepts YAML or JSON, several documents per file, ``kind: List`` (what
 ``kubectl get services,endpointslices,nodes -A -o yaml`` prints) and folders of such files
-(``manifest_scan`` says which files). Each rejection names its file. Only regular files are
-read, without blocking, and none larger than ``--source-max-file-size``.
+(``manifest_scan`` says which files, ``manifest_file`` what one holds). Each rejection names
+its file. Only regular files are read, without blocking, and none larger than
+``--source-max-file-size``.
 
 ``ManifestFolder`` keeps what each file held and the snapshot they make together: ``refresh``
 reads again only the files whose stat changed (and those written too recently for their
@@ -18,16 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ipvsproxy.bounded_load import Documents, LoadError, load_documents, read_bounded
+from ipvsproxy.bounded_load import LoadError
+from ipvsproxy.cluster.manifest_file import (
+    DEFAULT_MAX_FILE_SIZE,
+    Claim,
+    Identity,
+    claims_of,
+    documents_of,
+    flatten,
+    read_file,
+)
 from ipvsproxy.cluster.manifest_scan import ScanError, Stamp, path_order, scan, stamp_of
-from ipvsproxy.cluster.parse import MISSING_NODE, ParsedObject, describe, parse_object
+from ipvsproxy.cluster.parse import MISSING_NODE
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     ChangedKeys,
@@ -40,17 +50,10 @@ from ipvsproxy.model import (
     SkipReason,
 )
 
-MAX_FILE_SIZE_FLAG = "--source-max-file-size"
-# Our bench's 10,000 services x 10 endpoints, as `kubectl get -o json` indents them, is 48.5 MB.
-DEFAULT_MAX_FILE_SIZE = 64 << 20
 # A file written twice within the file system's timestamp granularity keeps its mtime, and
 # a rewrite of the same length its size too; such "racily clean" files (git's term) are told
 # apart by their content, which is read again while their mtime is this recent.
 RACY_WINDOW_NS = 2_000_000_000
-_NAMESPACED = frozenset({"Service", "EndpointSlice"})
-
-# (kind, namespace, name), as the snapshot keys an object.
-Identity = tuple[str, str, str]
 
 
 class SourceError(Exception):
@@ -64,109 +67,16 @@ def no_services(path: Path) -> str:
     )
 
 
-def _flatten(document: Any) -> Iterator[Any]:
-    if isinstance(document, Mapping) and document.get("kind") == "List":
-        items = document.get("items") or []
-        if isinstance(items, list):
-            for item in items:
-                yield from _flatten(item)
-        return
-    if isinstance(document, list):
-        for item in document:
-            yield from _flatten(item)
-        return
-    yield document
-
-
-def _identity(obj: Any) -> Identity | None:
-    """(kind, namespace, name) as the snapshot keys it, for kinds it keeps; else None."""
-    if not isinstance(obj, Mapping) or obj.get("kind") not in (*_NAMESPACED, "Node"):
-        return None
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-        return None
-    namespace = (metadata.get("namespace") or "default") if obj["kind"] in _NAMESPACED else ""
-    return obj["kind"], str(namespace), metadata["name"]
-
-
-def _read(path: str, max_file_size: int) -> tuple[bytes, Stamp]:
-    """The file's bytes and stamp as opened; LoadError for a refusal, OSError passes."""
-    data, opened = read_bounded(path, max_file_size, f"({MAX_FILE_SIZE_FLAG})")
-    return data, stamp_of(opened)
-
-
-def _documents(path: str, data: bytes) -> Documents:
-    try:
-        return load_documents(data.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise SourceError(f"{path}: cannot read: {error}") from None
-    except LoadError as error:
-        raise SourceError(f"{path}: {error}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """One file's (last) object of an identity, parsed."""
-
-    description: str
-    item: ParsedObject | None
-    problems: tuple[Rejection, ...]
-
-
 @dataclass(slots=True)
 class _FileReading:
     stamp: Stamp
     # Of the content read; b"" when the file was refused unread.
     digest: bytes
-    claims: dict[Identity, _Claim]
+    claims: dict[Identity, Claim]
     # Rejections of the file's own: duplicate keys and objects, objects without identity.
     rejections: list[Rejection]
     # Why the file cannot be used (the reading is not good while it is so); None if it can.
     problem: str | None = None
-
-
-def _prefixed(path: str, rejections: list[Rejection]) -> list[Rejection]:
-    return [Rejection(f"{path}: {r.object}", r.reason, r.category) for r in rejections]
-
-
-def _parse(
-    path: str, documents: Documents, node_name: str | None
-) -> tuple[dict[Identity, _Claim], list[Rejection]]:
-    """The file's claims (the last object of each identity, parsed) and its own rejections."""
-    rejections: list[Rejection] = []
-    last: dict[Identity, Any] = {}
-    for document in documents.documents:
-        for obj in _flatten(document):
-            repeated = documents.duplicates_in(obj) if isinstance(obj, Mapping) else []
-            if repeated:
-                keys = ", ".join(sorted(set(map(repr, repeated))))
-                rejections.append(
-                    Rejection(
-                        f"{path}: {describe(obj)}",
-                        f"duplicate mapping keys {keys}: the last of each is used",
-                        SkipReason.DUPLICATE,
-                    )
-                )
-            identity = _identity(obj)
-            if identity is None:
-                rejections += _prefixed(path, parse_object(obj, node_name)[1])
-                continue
-            if last.pop(identity, None) is not None:
-                rejections.append(
-                    Rejection(
-                        f"{path}: {describe(obj)}",
-                        "also defined earlier in the same file; this later one is used",
-                        SkipReason.DUPLICATE,
-                    )
-                )
-            last[identity] = obj
-    claims = {}
-    for identity, obj in last.items():
-        item, problems = parse_object(obj, node_name)
-        claims[identity] = _Claim(
-            f"{path}: {describe(obj)}", item, tuple(_prefixed(path, problems))
-        )
-    return claims, rejections
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +105,8 @@ class ManifestFolder:
         self._file_problems: dict[str, str] = {}
         self._file_rejections: dict[str, list[Rejection]] = {}
         self._unreadable: list[str] = []
-        self._claims: dict[Identity, dict[str, _Claim]] = {}
-        self._winners: dict[Identity, _Claim] = {}
+        self._claims: dict[Identity, dict[str, Claim]] = {}
+        self._winners: dict[Identity, Claim] = {}
         self._duplicates: dict[Identity, list[Rejection]] = {}
         self._problems: dict[Identity, tuple[Rejection, ...]] = {}
         self._services: dict[ObjectKey, Service] = {}
@@ -231,7 +141,7 @@ class ManifestFolder:
             if known is not None and known.stamp == stamp_of(status) and not racy:
                 continue
             try:
-                data, stamp = _read(path, self._max_file_size)
+                data, stamp = read_file(path, self._max_file_size)
             except LoadError as error:
                 refused = _FileReading(stamp_of(status), b"", {}, [], f"{path}: {error}")
                 if known is None or (known.stamp, known.problem) != (
@@ -263,9 +173,9 @@ class ManifestFolder:
 
     def _reading(self, path: str, data: bytes, stamp: Stamp, digest: bytes) -> _FileReading:
         try:
-            claims, rejections = _parse(path, _documents(path, data), self._node_name)
-        except SourceError as error:
-            return _FileReading(stamp, digest, {}, [], str(error))
+            claims, rejections = claims_of(path, documents_of(data), self._node_name)
+        except LoadError as error:
+            return _FileReading(stamp, digest, {}, [], f"{path}: {error}")
         return _FileReading(stamp, digest, claims, rejections)
 
     def _replace(self, path: str, reading: _FileReading | None) -> None:
@@ -315,7 +225,7 @@ class ManifestFolder:
                 for earlier, later in pairwise(files)
             ]
 
-    def _install(self, old: _Claim | None, new: _Claim | None) -> None:
+    def _install(self, old: Claim | None, new: Claim | None) -> None:
         before = old.item if old is not None else None
         after = new.item if new is not None else None
         if before is after:
@@ -404,13 +314,13 @@ def load_objects(path: Path, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> list
     objects: list[Any] = []
     for file in files:
         try:
-            data, _ = _read(file, max_file_size)
+            documents = documents_of(read_file(file, max_file_size)[0])
         except LoadError as error:
             raise SourceError(f"{file}: {error}") from None
         except OSError as error:
             raise SourceError(f"{file}: cannot read: {error.strerror or error}") from None
-        for document in _documents(file, data).documents:
-            objects.extend(_flatten(document))
+        for document in documents.documents:
+            objects.extend(flatten(document))
     return objects
 
 

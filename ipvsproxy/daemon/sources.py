@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ipvsproxy.cluster.informer import ClusterInformer
+from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE
 from ipvsproxy.cluster.source import (
-    DEFAULT_MAX_FILE_SIZE,
     ManifestFolder,
     Refresh,
     SourceError,
