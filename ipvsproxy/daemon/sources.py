@@ -17,6 +17,7 @@ from ipvsproxy.cluster.source import (
     no_services,
 )
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Rejection
+from ipvsproxy.supervise import Supervisor, Worker
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class FileSource:
     no Service at all) is reported once and the last good reading is kept: a half-written
     manifest must not remove every service. One that would delete more than half of the last
     good reading's services waits until the folder has been stable for two polls (or until a
-    later reading deletes nothing).
+    later reading deletes nothing). The polling thread is a worker of ``workers``.
     """
 
     def __init__(
@@ -82,8 +83,10 @@ class FileSource:
         path: Path,
         node_name: str,
         on_change: Callable[[], None],
+        *,
         poll_interval: float = 0.5,
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+        workers: Supervisor | None = None,
     ) -> None:
         self._path = path
         self._folder = ManifestFolder(path, node_name, max_file_size)
@@ -98,15 +101,15 @@ class FileSource:
         self._holding = False
         self._synced = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="source-files", daemon=True)
+        self._workers = workers or Supervisor()
+        self._worker: Worker | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker = self._workers.spawn("source-files", self._poll, stop=self._stop.set)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._worker is not None:
+            self._worker.stop()
 
     def wait_for_sync(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
