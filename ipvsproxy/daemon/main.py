@@ -116,7 +116,11 @@ def serve_daemon(
         source: ClusterSource
         if source_path is not None:
             source = FileSource(
-                source_path, config.hostname, on_change=daemon.changed, workers=daemon.workers
+                source_path,
+                config.hostname,
+                on_change=daemon.changed,
+                max_file_size=config.source_max_file_size,
+                workers=daemon.workers,
             )
         else:
             try:
