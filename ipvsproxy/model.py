@@ -65,6 +65,14 @@ class IPFamily(enum.StrEnum):
 class ObjectKey:
     namespace: str
     name: str
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.namespace, self.name)))
+
+    def __hash__(self) -> int:
+        # Every store, index and claim of a translation is keyed by these: hash once.
+        return self._hash
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

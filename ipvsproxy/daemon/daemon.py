@@ -210,7 +210,9 @@ class Daemon:
         desired = report.desired
         self.health_check_ports.update(
             desired.health_check_node_ports,
-            local_endpoint_counts(snapshot, desired.health_check_node_ports),
+            local_endpoint_counts(
+                snapshot.node, desired.health_check_node_ports, self.syncer.slices_of
+            ),
             health_check_hosts(self._settings, desired),
         )
         self.metrics.no_local_endpoints.counts = dict(desired.no_local_endpoints)

@@ -10,33 +10,33 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 
 from ipvsproxy.daemon.http import ANY_PATH, HttpHub, HttpListener, Response
-from ipvsproxy.model import ClusterSnapshot, DesiredState, ObjectKey
+from ipvsproxy.model import DesiredState, EndpointSlice, Node, ObjectKey
 from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)
 
 
 def local_endpoint_counts(
-    snapshot: ClusterSnapshot, services: Collection[ObjectKey]
+    node: Node | None,
+    services: Collection[ObjectKey],
+    slices_of: Callable[[ObjectKey], Iterable[EndpointSlice]],
 ) -> dict[ObjectKey, int]:
-    """For each of ``services``, how many distinct ready endpoint addresses are on this node."""
-    node = snapshot.node.name if snapshot.node is not None else None
-    local: dict[ObjectKey, set[str]] = {key: set() for key in services}
-    if not local:
-        # The common case, and every sync asks: no reading of every slice for nothing.
-        return {}
-    for endpoint_slice in snapshot.endpoint_slices.values():
-        found = local.get(endpoint_slice.service)
-        if found is None:
-            continue
-        for endpoint in endpoint_slice.endpoints:
-            if endpoint.node_name == node and endpoint.conditions.ready:
-                found.update(endpoint.addresses)
-    return {key: len(addresses) for key, addresses in local.items()}
+    """For each of ``services``, how many distinct ready endpoint addresses are on this node;
+    ``slices_of`` gives a service's slices (every sync asks: only theirs are read)."""
+    name = node.name if node is not None else None
+    counts: dict[ObjectKey, int] = {}
+    for key in services:
+        found: set[str] = set()
+        for endpoint_slice in slices_of(key):
+            for endpoint in endpoint_slice.endpoints:
+                if endpoint.node_name == name and endpoint.conditions.ready:
+                    found.update(endpoint.addresses)
+        counts[key] = len(found)
+    return counts
 
 
 def health_check_hosts(settings: Settings, desired: DesiredState) -> list[str] | None:

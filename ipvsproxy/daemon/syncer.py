@@ -12,19 +12,23 @@
 from __future__ import annotations
 
 import enum
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, Rejection
+from ipvsproxy.model import (
+    ChangedKeys,
+    ClusterSnapshot,
+    DesiredState,
+    EndpointSlice,
+    ObjectKey,
+    Rejection,
+)
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
-from ipvsproxy.translate import ServiceCache, Settings, translate
-from ipvsproxy.translate.incremental import IncrementalTranslation, same_translation
-
-log = logging.getLogger(__name__)
+from ipvsproxy.translate import Settings
+from ipvsproxy.translate.incremental import IncrementalTranslation
 
 
 class SyncMode(enum.StrEnum):
@@ -60,8 +64,7 @@ class Syncer:
         self._reconciler = reconciler or Reconciler(kernel, clock=clock)
         self._clock = clock
         self._snapshot = EMPTY_SNAPSHOT
-        self._translations = ServiceCache()
-        self._incremental = IncrementalTranslation(settings, self._translations)
+        self._incremental = IncrementalTranslation(settings)
         self._last_full: float | None = None
         self._full_needed = True
         self.drain_check_wanted = False
@@ -73,6 +76,10 @@ class Syncer:
     @property
     def last_desired(self) -> DesiredState | None:
         return self._reconciler.last_desired
+
+    def slices_of(self, service: ObjectKey) -> Iterable[EndpointSlice]:
+        """The EndpointSlices of ``service`` handled by the last sync's translation."""
+        return self._incremental.slices_of(service)
 
     def full_sync_due(self) -> bool:
         return self._last_full is None or self._clock() - self._last_full >= self._sync_period
@@ -94,7 +101,9 @@ class Syncer:
         if full:
             mode = SyncMode.FULL
             self._last_full = self._clock()
-            desired = self._full_translation(snapshot, changes, trusted=not in_doubt)
+            desired = self._full_translation(
+                snapshot, changes, trusted=not in_doubt and not changes.node
+            )
             desired = _with(rejections, desired)
             result = self._reconciler.sync(desired)
         else:
@@ -123,19 +132,14 @@ class Syncer:
     def _full_translation(
         self, snapshot: ClusterSnapshot, changes: Changes, *, trusted: bool
     ) -> DesiredState:
-        """The reference: ``translate`` of the whole snapshot. The kept translation, updated
-        first (so both share each service's share), must agree with it, or starts again."""
-        kept = (
-            self._incremental.update(snapshot, changes.services, changes.endpoint_slices).desired
-            if trusted and not changes.node and self._incremental.desired is not None
-            else None
-        )
-        desired = translate(snapshot, self._settings, self._translations)
-        if kept is None or not same_translation(kept, desired):
-            if kept is not None:
-                log.error("the kept translation differed from the whole one; starting it again")
-            self._incremental.rebuild(snapshot)
-        return desired
+        """The kept translation, updated; built afresh when it is not ``trusted`` (a sync
+        failed, or the Node changed). Property tests hold the two ways to the same result, so
+        a periodic full sync repairs the kernel, not the translation."""
+        if trusted and self._incremental.desired is not None:
+            return self._incremental.update(
+                snapshot, changes.services, changes.endpoint_slices
+            ).desired
+        return self._incremental.rebuild(snapshot)
 
 
 def _with(rejections: list[Rejection], desired: DesiredState) -> DesiredState:

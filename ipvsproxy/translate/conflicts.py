@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from ipvsproxy.model import AddressKind, ObjectKey, Rejection, SkipReason, VirtualServerKey
 
@@ -55,30 +55,3 @@ def settle(key: VirtualServerKey, claims: Iterable[Claim]) -> tuple[Claim, list[
     """The winning claim, and each other claim's rejection naming that winner, in rank order."""
     winner, *losers = sorted(claims, key=Claim.rank)
     return winner, [conflict(key, winner, loser) for loser in losers]
-
-
-class Claims(Generic[T]):
-    """Each virtual server's winning claim, with a value the caller keeps beside it."""
-
-    def __init__(self) -> None:
-        self.held: dict[VirtualServerKey, tuple[Claim, T]] = {}
-        self._lost: dict[VirtualServerKey, list[Claim]] = {}
-
-    def offer(self, key: VirtualServerKey, claim: Claim, value: T) -> None:
-        """Take ``key`` for ``claim`` if it wins against the claims offered so far."""
-        current = self.held.get(key)
-        if current is None:
-            self.held[key] = (claim, value)
-            return
-        if claim.rank() < current[0].rank():
-            self.held[key] = (claim, value)
-            claim = current[0]
-        self._lost.setdefault(key, []).append(claim)
-
-    def rejections(self) -> list[Rejection]:
-        """One per losing claim, naming the claim that finally won (whatever the offer order)."""
-        return [
-            rejection
-            for key, losers in self._lost.items()
-            for rejection in settle(key, [self.held[key][0], *losers])[1]
-        ]

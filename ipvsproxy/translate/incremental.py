@@ -14,12 +14,12 @@ Not thread-safe; an exception in ``update`` leaves the state unusable until ``re
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     TRAFFIC_POLICY_SCOPES,
     ClusterSnapshot,
@@ -161,6 +161,7 @@ class IncrementalTranslation:
     def desired(self) -> DesiredState | None:
         return self._desired
 
+    @without_cyclic_gc
     def rebuild(self, snapshot: ClusterSnapshot) -> DesiredState:
         """Forget everything and translate the whole snapshot."""
         node = node_facts(snapshot, self._settings)
@@ -196,6 +197,10 @@ class IncrementalTranslation:
         return self._result(self._node)
 
     # -- the index of slices by service -----------------------------------------------------------
+
+    def slices_of(self, service: ObjectKey) -> Iterable[EndpointSlice]:
+        """The service's EndpointSlices of a handled address type, as last given."""
+        return tuple(self._slices.get(service, {}).values())
 
     def _reindex_slice(
         self, key: ObjectKey, endpoint_slice: EndpointSlice | None
@@ -256,7 +261,9 @@ class IncrementalTranslation:
     ) -> None:
         key = service.key
         group = self._slices.get(key, {})
-        slices = [group[k] for k in sorted(group, key=str)]
+        slices = (
+            list(group.values()) if len(group) < 2 else [group[k] for k in sorted(group, key=str)]
+        )
         found = translate_service(
             service, slices, self._settings, node, addresses, cache=self._cache
         )
@@ -297,7 +304,11 @@ class IncrementalTranslation:
         claims = self._claims.get(key)
         if not claims:
             return
-        winner, lost = settle(key, claims.values())
+        if len(claims) == 1:
+            (winner,) = claims.values()
+            lost: list[Rejection] = []
+        else:
+            winner, lost = settle(key, claims.values())
         if lost:
             self._conflicts[key] = lost
             self._rejections_changed = True
@@ -430,8 +441,8 @@ class IncrementalTranslation:
         )
 
 
-def same_translation(kept: DesiredState, reference: DesiredState) -> bool:
-    """Whether two translations agree; the rejections may come in another order."""
-    return replace(kept, rejections=()) == replace(reference, rejections=()) and Counter(
-        kept.rejections
-    ) == Counter(reference.rejections)
+def translate(
+    snapshot: ClusterSnapshot, settings: Settings, cache: ServiceCache | None = None
+) -> DesiredState:
+    """The desired state of the whole snapshot: the incremental translation, built afresh."""
+    return IncrementalTranslation(settings, cache).rebuild(snapshot)

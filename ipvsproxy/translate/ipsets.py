@@ -9,7 +9,7 @@ equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -19,7 +19,6 @@ from ipvsproxy.model import (
     IPAddress,
     IPFamily,
     IPNetwork,
-    IPSetContent,
     IPSetSpec,
     RealServerKey,
     TransportProtocol,
@@ -191,31 +190,3 @@ def health_check_member(family: IPFamily, port: int) -> Member:
 
 def bound_address_member(address: IPAddress) -> Member:
     return set_name("KUBE-IPVS-IPS", IPFamily.of(address)), str(address)
-
-
-def build_ipsets(
-    virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer],
-    *,
-    local_external: frozenset[VirtualServerKey],
-    hairpin: Iterable[tuple[TransportProtocol, RealServerKey]],
-    firewalls: Mapping[VirtualServerKey, Firewall],
-    health_check_ports: Mapping[IPFamily, frozenset[int]],
-    bound_addresses: Iterable[IPAddress],
-) -> dict[str, IPSetContent]:
-    """Every set for both families, empty ones included: kube-proxy creates them all."""
-    entries: dict[str, set[str]] = {name: set() for name in SPECS}
-
-    def add(members: Iterable[Member]) -> None:
-        for name, entry in members:
-            entries[name].add(entry)
-
-    for key, desired in virtual_servers.items():
-        add(virtual_server_members(key, desired, key in local_external, firewalls.get(key)))
-    add(hairpin_member(protocol, real) for protocol, real in hairpin)
-    add(
-        health_check_member(family, port)
-        for family, ports in health_check_ports.items()
-        for port in ports
-    )
-    add(map(bound_address_member, bound_addresses))
-    return {name: IPSetContent(spec, frozenset(entries[name])) for name, spec in SPECS.items()}

@@ -1,4 +1,7 @@
-"""Snapshot + settings -> DesiredState, with kube-proxy's IPVS-mode semantics."""
+"""One Service's share of the desired state, with kube-proxy's IPVS-mode semantics.
+
+``incremental`` merges the shares into the DesiredState (``translate`` is its rebuild).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,9 @@ from functools import partial
 from types import MappingProxyType
 
 from ipvsproxy.address_rules import unusable_reason
-from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     SCHEDULERS,
-    TRAFFIC_POLICY_SCOPES,
     AddressKind,
-    ClusterSnapshot,
-    DesiredState,
     DesiredVirtualServer,
     Endpoint,
     EndpointSlice,
@@ -36,7 +35,6 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.translate.conflicts import Claim, Claims
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
@@ -45,9 +43,8 @@ from ipvsproxy.translate.endpoints import (
     find_candidates,
     has_usable_endpoints,
 )
-from ipvsproxy.translate.ipsets import Firewall, build_ipsets
-from ipvsproxy.translate.iptables import build_iptables
-from ipvsproxy.translate.node import NodeFacts, node_facts
+from ipvsproxy.translate.ipsets import Firewall
+from ipvsproxy.translate.node import NodeFacts
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
@@ -355,26 +352,6 @@ class ServiceCache:
         return result
 
 
-@dataclass(slots=True)
-class _Merged:
-    """The winning virtual servers of every service, with what each brings along."""
-
-    servers: dict[VirtualServerKey, DesiredVirtualServer] = field(default_factory=dict)
-    bound: set[IPAddress] = field(default_factory=set)
-    nodes: set[IPAddress] = field(default_factory=set)
-    local_external: set[VirtualServerKey] = field(default_factory=set)
-    firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
-
-    def take(self, key: VirtualServerKey, found: ServiceState, node: NodeFacts) -> None:
-        wanted = found.servers[key]
-        self.servers[key] = wanted
-        if key in found.local_external:
-            self.local_external.add(key)
-        if key in found.firewalls:
-            self.firewalls[key] = found.firewalls[key]
-        (self.nodes if on_node(key, wanted, node) else self.bound).add(key.address)
-
-
 def on_node(key: VirtualServerKey, wanted: DesiredVirtualServer, node: NodeFacts) -> bool:
     """Whether the virtual server's address is the node's own rather than bound on kube-ipvs0.
 
@@ -421,84 +398,11 @@ def translate_service(
     node: NodeFacts,
     addresses: AddressCache,
     *,
-    cache: ServiceCache | None,
+    cache: ServiceCache,
 ) -> ServiceState | Rejection:
     """One proxied service's share of the desired state, or why it has none."""
     translate_one = partial(_service_state, service, slices, settings, node, addresses)
     try:
-        return (
-            translate_one()
-            if cache is None
-            else cache.service_state(service, slices, translate_one)
-        )
+        return cache.service_state(service, slices, translate_one)
     except _Rejected as error:
         return Rejection(f"Service {service.key}", str(error))
-
-
-@without_cyclic_gc
-def translate(
-    snapshot: ClusterSnapshot, settings: Settings, cache: ServiceCache | None = None
-) -> DesiredState:
-    slices_by_service: dict[ObjectKey, list[EndpointSlice]] = {}
-    rejections: list[Rejection] = []
-    for slice_key in sorted(snapshot.endpoint_slices, key=str):
-        endpoint_slice = snapshot.endpoint_slices[slice_key]
-        unhandled = unhandled_slice(slice_key, endpoint_slice)
-        if unhandled is not None:
-            rejections.append(unhandled)
-            continue
-        slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
-    node = node_facts(snapshot, settings)
-    addresses = AddressCache()
-    if cache is not None:
-        cache.begin(node, settings, snapshot.services)
-    claims: Claims[ServiceState] = Claims()
-    hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
-    health_checks: dict[ObjectKey, int] = {}
-    no_local_endpoints = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
-    health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
-    for key in sorted(snapshot.services, key=str):
-        service = snapshot.services[key]
-        if not proxied(service, settings):
-            continue
-        slices = slices_by_service.get(key, [])
-        found = translate_service(service, slices, settings, node, addresses, cache=cache)
-        if isinstance(found, Rejection):
-            rejections.append(found)
-            continue
-        rejections += found.rejections
-        hairpin |= found.hairpin
-        for vs_key, wanted in found.servers.items():
-            claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
-        for scope in found.no_local_endpoints:
-            no_local_endpoints[scope] += 1
-        port = health_check_node_port(service)
-        if port is not None:
-            health_checks[key] = port
-            for family in {IPFamily.of(vs.address) for vs in found.servers}:
-                health_check_ports[family].add(port)
-    rejections += claims.rejections()
-    merged = _Merged()
-    for vs_key, (_, found) in claims.held.items():
-        merged.take(vs_key, found, node)
-    ipsets = build_ipsets(
-        merged.servers,
-        local_external=frozenset(merged.local_external),
-        hairpin=hairpin,
-        firewalls=merged.firewalls,
-        health_check_ports={f: frozenset(p) for f, p in health_check_ports.items()},
-        bound_addresses=merged.bound,
-    )
-    no_node_access = [key for key, fw in merged.firewalls.items() if not fw.allow_from_node]
-    return DesiredState(
-        virtual_servers=MappingProxyType(merged.servers),
-        bound_addresses=frozenset(merged.bound),
-        node_addresses=frozenset(merged.nodes),
-        node_port_addresses=frozenset(node.node_port_addresses),
-        ipsets=MappingProxyType(ipsets),
-        iptables=build_iptables(settings, ipsets, no_node_access, node.pod_cidrs),
-        exclude_cidrs=settings.exclude_cidrs,
-        health_check_node_ports=MappingProxyType(health_checks),
-        no_local_endpoints=MappingProxyType(no_local_endpoints),
-        rejections=tuple(rejections),
-    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 from typing import Any
@@ -275,9 +274,7 @@ def test_the_loser_of_a_virtual_server_takes_it_over_in_the_kernel_when_the_winn
     assert fake.ipvs.dump()[key].real_servers[old_real].server.weight == 1
 
 
-def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_node_change_builds_the_translation_afresh() -> None:
     clock = Clock()
     _, syncer = make(clock)
     objects = cluster(3)
@@ -285,19 +282,14 @@ def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
     # As a bug would: the kept translation believes in two services that do not exist.
     stray = snapshot(cluster(5))
     syncer._incremental.update(stray, stray.services, stray.endpoint_slices)
-    clock.now = 31.0
     nothing = ChangedKeys(frozenset(), frozenset())
-    with caplog.at_level(logging.ERROR):
-        full = syncer.sync(snapshot(objects), [], nothing)
-    assert full.mode is SyncMode.FULL
-    assert "kept translation differed" in caplog.text
-    assert comparable(full.desired) == comparable(translate(snapshot(objects), Settings()))
+    before = snapshot(objects)
+    assert before.node is not None
+    moved = replace(before, node=replace(before.node, labels={"topology.kubernetes.io/zone": "b"}))
     clock.now = 32.0
-    changed = replaced(objects, endpoint_slice(0, endpoints=3))
-    touched = ChangedKeys(frozenset(), frozenset({ObjectKey("default", "svc-0-abcde")}))
-    report = syncer.sync(snapshot(changed), [], touched)
-    assert report.mode is SyncMode.INCREMENTAL
-    assert comparable(report.desired) == comparable(translate(snapshot(changed), Settings()))
+    rebuilt = syncer.sync(moved, [], nothing)
+    assert rebuilt.mode is SyncMode.FULL
+    assert comparable(rebuilt.desired) == comparable(translate(moved, Settings()))
 
 
 @pytest.mark.parametrize("later", [1.0, 31.0], ids=["incremental", "full"])
