@@ -13,7 +13,7 @@ import socket
 import struct
 from collections.abc import Iterator, Sequence
 
-from pyroute2 import IPRoute
+from pyroute2.iproute.linux import IPRoute
 
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,

@@ -35,3 +35,31 @@ def test_the_command_line_loads_none_of_the_daemons_libraries() -> None:
 
 def test_the_check_sees_them_where_the_daemon_is_imported() -> None:
     assert _daemon_libraries_loaded_by("ipvsproxy.daemon.main") == " ".join(DAEMON_LIBRARIES)
+
+
+# pyroute2's package __init__ imports every module it has; the kernel layer needs a few.
+PYROUTE2_MODULES = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+print(sum(name.startswith("pyroute2.") for name in sys.modules))
+exec(sys.argv[2])
+print(sum(name.startswith("pyroute2.") for name in sys.modules))
+"""
+
+
+def _pyroute2_modules(module: str, then: str) -> list[int]:
+    done = subprocess.run(
+        [sys.executable, "-c", PYROUTE2_MODULES, module, then],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [int(line) for line in done.stdout.split()]
+
+
+def test_the_kernel_layer_loads_pyroute2_s_submodules_it_uses_and_not_the_rest() -> None:
+    lean, whole = _pyroute2_modules("ipvsproxy.kernel.bundle", "from pyroute2 import IPRoute")
+    assert 0 < lean < whole
+    # The package's own names still come, whole, at their first use.
+    later, _ = _pyroute2_modules("pyroute2", "pass")
+    assert later == whole
