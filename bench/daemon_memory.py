@@ -93,7 +93,7 @@ class _SyncLog:
             if entry.get("level") in ("error", "warning"):
                 sys.stderr.write(line)
             message = str(entry.get("msg"))
-            if message.endswith(" again") and "listing" in message:
+            if "; listing " in message and " again" in message:
                 with self._condition:
                     self.relists += 1
             if message == "synced":
