@@ -91,3 +91,50 @@ def test_a_command_is_started_by_the_path_found_on_path(
 
     assert run(["iptables-fake-save", "-t", "nat"]) == "saved\n"
     assert started == [[str(tool), "-t", "nat"]]
+
+
+class _Commands:
+    """iptables binaries as shell scripts that log each start: nft saves but cannot write."""
+
+    def __init__(self, folder: Path) -> None:
+        self.log = folder / "started"
+        for family in ("iptables", "ip6tables"):
+            for backend in ("nft", "legacy"):
+                for tool in ("save", "restore"):
+                    script = folder / f"{family}-{backend}-{tool}"
+                    refuse = backend == "nft" and tool == "restore"
+                    script.write_text(
+                        f'#!/bin/sh\necho {script.name} >> "{self.log}"\n'
+                        + (
+                            "exit 1\n"
+                            if refuse
+                            else "while read -r _; do :; done\n" * (tool == "restore")
+                        )
+                        + ("printf '*nat\\nCOMMIT\\n'\n" if tool == "save" else "")
+                    )
+                    script.chmod(0o755)
+
+    def started(self) -> list[str]:
+        return self.log.read_text().split() if self.log.exists() else []
+
+
+def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = _Commands(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    iptables = IptablesRestore()
+
+    iptables.our_chains(IPFamily.IPV4)
+    iptables.our_chains(IPFamily.IPV6)
+    detection = commands.started()
+    assert detection == [
+        "iptables-nft-save",
+        "iptables-nft-restore",
+        "iptables-legacy-save",
+        "iptables-legacy-restore",
+        "ip6tables-legacy-save",
+    ]
+    # Later reads are the kernel's own, each a save of its own.
+    iptables.our_chains(IPFamily.IPV4)
+    assert commands.started() == [*detection, "iptables-legacy-save"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, binary, run
@@ -30,6 +31,19 @@ class Probe:
     unusable: str = ""
     hint_chains: int = 0
     rule_lines: int = 0
+    # What iptables-save printed, by family, for whoever reads the tables next.
+    saved: Mapping[IPFamily, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    backend: str
+    # The chosen backend's tables as its probe saved them, a moment ago: the sync that asked
+    # for the backend reads these rather than start iptables-save again (two processes less
+    # per `sync --once`). The probe's own chain came and went in one commit, so they hold.
+    saved: Mapping[IPFamily, str]
 
 
 def probe_of(saved: list[str]) -> Probe:
@@ -58,7 +72,11 @@ def probe(backend: str) -> Probe:
     """A save, then a chain created and deleted in one commit: nothing stays, but the nat table
     must be writable (nf_tables without nft nat support saves fine and writes nothing)."""
     try:
-        saved = [run([binary(backend, IPFamily.IPV4, "save")], timeout=PROBE_TIMEOUT_SECONDS)]
+        saved = {
+            IPFamily.IPV4: run(
+                [binary(backend, IPFamily.IPV4, "save")], timeout=PROBE_TIMEOUT_SECONDS
+            )
+        }
         run(
             [binary(backend, IPFamily.IPV4, "restore"), "--noflush", RESTORE_WAIT],
             f"*nat\n:{PROBE_CHAIN} - [0:0]\n-X {PROBE_CHAIN}\nCOMMIT\n",
@@ -68,9 +86,20 @@ def probe(backend: str) -> Probe:
         return Probe(unusable=str(error))
     # A node without IPv6 has no ip6tables tables; that does not make the backend unusable.
     with contextlib.suppress(IptablesError):
-        saved.append(run([binary(backend, IPFamily.IPV6, "save")], timeout=PROBE_TIMEOUT_SECONDS))
-    return probe_of(saved)
+        saved[IPFamily.IPV6] = run(
+            [binary(backend, IPFamily.IPV6, "save")], timeout=PROBE_TIMEOUT_SECONDS
+        )
+    found = probe_of(list(saved.values()))
+    return Probe(
+        hint_chains=found.hint_chains, rule_lines=found.rule_lines, saved=MappingProxyType(saved)
+    )
+
+
+def detect() -> Detected:
+    probes = {backend: probe(backend) for backend in BACKENDS}
+    backend = choose_backend(probes)
+    return Detected(backend, probes[backend].saved)
 
 
 def detect_backend() -> str:
-    return choose_backend({backend: probe(backend) for backend in BACKENDS})
+    return detect().backend

@@ -14,11 +14,12 @@ write per process, never one per sync.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ipvsproxy.kernel.iptables.backend import detect_backend
+from ipvsproxy.kernel.iptables.backend import detect
 from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, binary, run
 from ipvsproxy.kernel.iptables.memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables.text import (
@@ -182,18 +183,33 @@ class _Iptables:
             self.netfilter.restore(family, text)
 
 
+# How old a save taken by backend detection may be and still stand for a new one: the sync
+# that detected the backend reads it within moments; anything later reads the kernel again.
+FRESH_SAVE_SECONDS = 2.0
+
+
 class CommandNetfilter:
     def __init__(self, backend: str | None = None) -> None:
         self._backend = backend
+        # Detection's saves, each read at most once, by a save that follows it at once.
+        self._unread: dict[IPFamily, str] = {}
+        self._detected_at = 0.0
 
     @property
     def backend(self) -> str:
         if self._backend is None:
-            self._backend = detect_backend()
+            detected = detect()
+            self._backend = detected.backend
+            self._unread = dict(detected.saved)
+            self._detected_at = time.monotonic()
         return self._backend
 
     def save(self, family: IPFamily) -> str:
-        return run([binary(self.backend, family, "save")])
+        backend = self.backend
+        unread = self._unread.pop(family, None)
+        if unread is not None and time.monotonic() - self._detected_at < FRESH_SAVE_SECONDS:
+            return unread
+        return run([binary(backend, family, "save")])
 
     def restore(self, family: IPFamily, text: str) -> None:
         run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)
