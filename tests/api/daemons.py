@@ -9,13 +9,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from ipaddress import ip_address
 from typing import Any
 
 from ipvsproxy.cluster.connection import ApiConnection
 from ipvsproxy.cluster.informer import Backoff, ClusterInformer
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import ApiSource
+from ipvsproxy.model import TransportProtocol, VirtualServerKey
 from ipvsproxy.translate import Settings
+from tests.api.kube import JsonObject, cluster_ip
 from tests.daemon_kit import RecordingKernel
 
 PATIENCE = 30.0
@@ -28,6 +31,11 @@ def eventually(predicate: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def vip(stored_service: JsonObject, port: int = 80) -> VirtualServerKey:
+    """The TCP virtual server of a Service as the API server stored it (its IP allocated)."""
+    return VirtualServerKey(TransportProtocol.TCP, ip_address(cluster_ip(stored_service)), port)
 
 
 def get(port: int, path: str) -> tuple[int, str]:

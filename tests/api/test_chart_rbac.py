@@ -19,9 +19,8 @@ from ipvsproxy.cli import main
 from ipvsproxy.cluster.connection import connect
 from ipvsproxy.model import RealServerKey
 from tests.api.conftest import FAST_RETRY, REAL_TIMEOUTS
-from tests.api.daemons import PATIENCE, Daemons, eventually
+from tests.api.daemons import PATIENCE, Daemons, eventually, vip
 from tests.api.kube import KINDS, JsonObject, Kube, cluster_ip, path
-from tests.api.test_daemon_api import vip
 from tests.api.test_read_cluster import load_example
 from tests.chart.chart_kit import NAMESPACE, render
 from tests.controlplane.cluster import ApiError, ControlPlane

@@ -21,13 +21,11 @@ from ipvsproxy.model import (
     DeleteRealServer,
     RealServer,
     RealServerKey,
-    TransportProtocol,
     UpdateRealServer,
-    VirtualServerKey,
 )
 from tests.api.conftest import FAST_RETRY, REAL_TIMEOUTS
-from tests.api.daemons import PATIENCE, Daemons, Running, eventually, get
-from tests.api.kube import Kube, cluster_ip, reading
+from tests.api.daemons import PATIENCE, Daemons, Running, eventually, get, vip
+from tests.api.kube import Kube, reading
 from tests.daemon_kit import NODE, cluster, endpoint_slice, node, service
 
 
@@ -40,10 +38,6 @@ def daemons() -> Iterator[Daemons]:
 
 def start(daemons: Daemons, kube: Kube, api: ApiConnection, **options: object) -> Running:
     return daemons.start(api, kube.node_name(NODE), **options)  # type: ignore[arg-type]
-
-
-def vip(stored_service: dict[str, object], port: int = 80) -> VirtualServerKey:
-    return VirtualServerKey(TransportProtocol.TCP, ip_address(cluster_ip(stored_service)), port)
 
 
 def test_one_endpoint_slice_change_among_a_hundred_services_writes_only_its_ops(

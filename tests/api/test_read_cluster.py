@@ -17,6 +17,7 @@ from ipvsproxy.cluster.api import (
     SERVICES,
     Resource,
     Selectors,
+    list_all,
     list_pages,
     proxy_label_selector,
     read_cluster,
@@ -273,13 +274,15 @@ def test_unauthorized_is_one_line_and_not_retried(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     kubeconfig = control_plane.write_kubeconfig(tmp_path / "kubeconfig", token="wrong")
+    calls: list[dict[str, Any]] = []
     with connect(kubeconfig) as api, pytest.raises(ApiError) as caught:
-        read_cluster(api, "node-a")
+        list_all(api, observed(SERVICES, calls.append), Selectors())
 
     assert str(caught.value) == (
         f"listing Services from the API server at {control_plane.server}: 401 Unauthorized"
     )
     assert caught.value.status == 401
+    assert len(calls) == 1
 
 
 def service_lists(fake: FakeApiServer) -> list[Request]:
