@@ -87,6 +87,7 @@ class Daemons:
             watch_timeout=5,
             backoff=Backoff(0.05, 0.2),
             hooks=daemon.informer_hooks(),
+            workers=daemon.workers,
         )
         daemon.serve()
         healthz, metrics = daemon.ports
