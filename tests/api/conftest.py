@@ -22,6 +22,7 @@ SHORT_TIMEOUTS = Timeouts(connect=2.0, read=2.0)
 # The real API server on a machine shared with other work: a bound for a hung server only.
 REAL_TIMEOUTS = Timeouts(connect=5.0, read=15.0)
 TMPFS = Path("/dev/shm")
+NEEDS_THE_FAKE = "Needs the fake:"
 
 
 @pytest.fixture(scope="session")
@@ -71,13 +72,11 @@ def real_api(control_plane: ControlPlane) -> Iterator[ApiConnection]:
 @pytest.fixture
 def fake(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
     """The fake API server, for the faults a real one cannot be made to produce; a test using
-    it says which with ``@pytest.mark.needs_fake("why")``."""
-    marker = request.node.get_closest_marker("needs_fake")
-    if marker is None or not marker.args or not str(marker.args[0]).strip():
-        pytest.fail(
-            "a test on the fake API server says why the real one cannot do: "
-            '@pytest.mark.needs_fake("...")'
-        )
+    it says which in the first line of its docstring, ``Needs the fake: ...``."""
+    function = getattr(request.node, "function", None)
+    doc = ((function.__doc__ if function is not None else None) or "").strip()
+    if not doc.startswith(NEEDS_THE_FAKE):
+        pytest.fail(f'a test on the fake API server says why first: """{NEEDS_THE_FAKE} ..."""')
     with FakeApiServer() as server:
         yield server
 

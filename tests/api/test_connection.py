@@ -117,8 +117,8 @@ def test_server_down_is_one_line_and_fails_at_once(closed_port_url: str) -> None
     )
 
 
-@pytest.mark.needs_fake("a real API server cannot be made to accept a request and never answer")
 def test_a_stalled_server_times_out(fake: FakeApiServer, kubeconfig: Path) -> None:
+    """Needs the fake: a real API server cannot be made to accept a request and never answer."""
     fake.stall()
     message = one_line_error(kubeconfig=kubeconfig, timeouts=Timeouts(connect=1.0, read=0.2))
     assert message == f"cannot reach the API server at {fake.url}: timed out"

@@ -400,10 +400,10 @@ def in_fake(informer: ClusterInformer, name: str) -> bool:
     return has_service(informer, ObjectKey("default", name))
 
 
-@pytest.mark.needs_fake("a real API server cannot be made to cut its open watch connections")
 def test_a_dropped_stream_is_watched_again_from_where_it_was(
     fake: FakeApiServer, fake_informer: ClusterInformer, changes: Changes
 ) -> None:
+    """Needs the fake: a real API server cannot be made to cut its open watch connections."""
     assert changes.wait_until(lambda: fake.open_watches == 3)
     watches = requests_for(fake, watch=True)
     fake.drop_connections()
@@ -414,10 +414,10 @@ def test_a_dropped_stream_is_watched_again_from_where_it_was(
     assert requests_for(fake, watch=False) == 1
 
 
-@pytest.mark.needs_fake("a real API server cannot be made to hold a watch open and silent")
 def test_a_stalled_stream_is_abandoned_and_the_watch_resumes(
     fake: FakeApiServer, kubeconfig: Path, changes: Changes
 ) -> None:
+    """Needs the fake: a real API server cannot be made to hold a watch open and silent."""
     fake.apply(service("before"))
     short = Timeouts(connect=1.0, read=0.5)
     with connect(kubeconfig, timeouts=short, retry=FAST_RETRY) as api:
@@ -441,10 +441,10 @@ def test_a_stalled_stream_is_abandoned_and_the_watch_resumes(
             informer.stop()
 
 
-@pytest.mark.needs_fake("a real API server answers a watch with 500 only when broken")
 def test_a_failing_rewatch_backs_off_and_recovers_without_relisting(
     fake: FakeApiServer, fake_informer: ClusterInformer, changes: Changes
 ) -> None:
+    """Needs the fake: a real API server answers a watch with 500 only when broken."""
     assert changes.wait_until(lambda: fake.open_watches == 3)
     fake.fail_next(4, 500)
     fake.drop_connections()
@@ -454,10 +454,10 @@ def test_a_failing_rewatch_backs_off_and_recovers_without_relisting(
     assert requests_for(fake, watch=False) == 1
 
 
-@pytest.mark.needs_fake("a real API server answers a list with 500 only when broken")
 def test_a_first_list_answered_with_500s_is_retried_until_it_succeeds(
     fake: FakeApiServer, api: ApiConnection
 ) -> None:
+    """Needs the fake: a real API server answers a list with 500 only when broken."""
     for obj in load_objects(EXAMPLE):
         fake.apply(obj)
     # More failures than one request's own retries: the reflector's backoff must take over.

@@ -289,8 +289,8 @@ def service_lists(fake: FakeApiServer) -> list[Request]:
     return [r for r in fake.requests if r.path == SERVICES_PATH]
 
 
-@pytest.mark.needs_fake("a real API server answers 500 only when broken, never on demand")
 def test_a_500_is_retried_and_the_list_succeeds(fake: FakeApiServer, api: ApiConnection) -> None:
+    """Needs the fake: a real API server answers 500 only when broken, never on demand."""
     for obj in load_objects(EXAMPLE):
         fake.apply(obj)
     fake.fail_next(2, 500)
@@ -301,8 +301,8 @@ def test_a_500_is_retried_and_the_list_succeeds(fake: FakeApiServer, api: ApiCon
     assert len(service_lists(fake)) == 3
 
 
-@pytest.mark.needs_fake("a real API server sends 429 and Retry-After only when overloaded")
 def test_a_429_with_retry_after_is_retried(fake: FakeApiServer, api: ApiConnection) -> None:
+    """Needs the fake: a real API server sends 429 and Retry-After only when overloaded."""
     for obj in load_objects(EXAMPLE):
         fake.apply(obj)
     fake.fail_next(1, 429, retry_after=0)
@@ -310,8 +310,8 @@ def test_a_429_with_retry_after_is_retried(fake: FakeApiServer, api: ApiConnecti
     assert len(read_cluster(api, "node-a").snapshot.services) == 5
 
 
-@pytest.mark.needs_fake("a real API server answers 503 only while unready, never on demand")
 def test_retries_are_bounded(fake: FakeApiServer, api: ApiConnection) -> None:
+    """Needs the fake: a real API server answers 503 only while unready, never on demand."""
     fake.fail_next(10, 503)
 
     with pytest.raises(ApiError) as caught:

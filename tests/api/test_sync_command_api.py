@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from ipvsproxy.cli import main
@@ -69,10 +68,10 @@ def test_a_refused_list_exits_2_in_one_line(control_plane: ControlPlane, tmp_pat
     )
 
 
-@pytest.mark.needs_fake("a real API server cannot be made to send its answer a byte at a time")
 def test_a_trickling_api_server_fails_the_sync_within_its_deadline(
     fake: FakeApiServer, kubeconfig: Path
 ) -> None:
+    """Needs the fake: a real API server cannot be made to send its answer a byte at a time."""
     for obj in load_objects(EXAMPLE):
         fake.apply(obj)
     # Every byte arrives well within the read timeout, so only an overall deadline ends this.
