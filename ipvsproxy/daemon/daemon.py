@@ -157,7 +157,8 @@ class Daemon:
             self._servers.clear()
 
     def _tick(self, stop: threading.Event) -> None:
-        """The graceful-termination timer, and the periodic full sync on time."""
+        """The graceful-termination timer, the periodic full sync on time, and the retries of
+        quarantined objects."""
         last_drain_check = time.monotonic()
         while not stop.wait(self._options.tick):
             now = time.monotonic()
@@ -166,7 +167,7 @@ class Daemon:
                 last_drain_check = now
                 self.syncer.drain_check_wanted = True
                 self.runner.request()
-            elif self.syncer.full_sync_due():
+            elif self.syncer.full_sync_due() or self.syncer.retry_due():
                 self.runner.request()
 
     def _sync(self) -> None:
