@@ -12,9 +12,9 @@ from ipvsproxy.model import (
     SCHEDULERS,
     BatchResult,
     IPVSOp,
-    OpError,
     IPVSTable,
     IPVSTimeouts,
+    OpError,
     VirtualServerKey,
     VirtualServerState,
 )

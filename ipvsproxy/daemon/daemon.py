@@ -14,9 +14,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from ipvsproxy.cluster import api
+from ipvsproxy.cluster.events import EventSink, EventSource
 from ipvsproxy.cluster.informer import InformerHooks
+from ipvsproxy.daemon.events import EventRecorder
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
 from ipvsproxy.daemon.http import HttpServer
@@ -26,12 +29,15 @@ from ipvsproxy.daemon.nodeports import (
     health_check_hosts,
     local_endpoint_counts,
 )
+from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
+from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.reconcile.quarantine import Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.translate import Settings
 
@@ -57,17 +63,44 @@ class DaemonOptions:
     health_check_host: str = ""
     # Kernel parameters (--ipvs-strict-arp, --ipvs-*-timeout) and the like, for every sync.
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
+    # The node, as the source of the Events the daemon writes.
+    node_name: str = ""
 
 
 class Daemon:
-    def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        settings: Settings,
+        options: DaemonOptions,
+        events: EventSink | None = None,
+    ) -> None:
+        """``events``: where Events about Services go (None: nowhere, as with --source)."""
         self._options = options
         self._settings = settings
+        # --ipvs-scheduler was tried at start; a scheduler an annotation names is tried once.
+        quarantine = Quarantine(
+            try_scheduler=partial(try_scheduler, kernel.ipvs),
+            accepted_schedulers={settings.scheduler},
+        )
         self.syncer = Syncer(
-            kernel, settings, options.sync_period, Reconciler(kernel, options.reconciler)
+            kernel,
+            settings,
+            options.sync_period,
+            Reconciler(kernel, options.reconciler, quarantine=quarantine),
         )
         self.health = ProxierHealth(timeout=2 * options.sync_period)
         self.metrics = Metrics(self._traffic if options.traffic is not None else None)
+        self.events = (
+            EventRecorder(
+                events,
+                EventSource("ipvsproxy", options.node_name),
+                counted=lambda result: self.metrics.events.labels(result=result).inc(),
+            )
+            if events is not None
+            else None
+        )
+        self._quarantine_report = QuarantineReport(self.metrics, self.events)
         self.health_check_ports = HealthCheckNodePorts(options.health_check_host)
         self.runner = BoundedFrequencyRunner(
             self._sync, options.min_sync_period, options.sync_period
@@ -126,6 +159,8 @@ class Daemon:
             self.serve()
         # Not yet listed is an update queued: unhealthy if the lists never arrive.
         self.health.queued_update()
+        if self.events is not None:
+            self.events.start()
         source.start()
         threads: list[threading.Thread] = []
         try:
@@ -151,6 +186,8 @@ class Daemon:
             for thread in threads:
                 thread.join()
             source.stop()
+            if self.events is not None:
+                self.events.stop()
             self.health_check_ports.stop()
             for server in self._servers:
                 server.stop()
@@ -196,6 +233,9 @@ class Daemon:
             return None
         self._record(report)
         desired = report.desired
+        self._quarantine_report.report(
+            report.result.transitions, self.syncer.reconciler.quarantine, desired, snapshot.services
+        )
         self.health_check_ports.update(
             desired.health_check_node_ports,
             local_endpoint_counts(snapshot, desired.health_check_node_ports),
@@ -219,11 +259,16 @@ class Daemon:
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+        refused = set(result.refused)
         for failure in result.failures:
             metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()
             if isinstance(failure.op, RestoreIptables):
                 metrics.iptables_restore_failures.inc()
-            log.warning("kernel refused: %s", failure)
+            # A refusal of one object is told once, as it enters quarantine.
+            if failure in refused:
+                log.debug("kernel refused, in quarantine: %s", failure)
+            else:
+                log.warning("kernel refused: %s", failure)
         for op in result.held_back:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="held_back").inc()
             log.debug("held back: %s", describe(op))

@@ -64,6 +64,8 @@ class SyncResult:
     drift: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # Ops not tried because what they write is in quarantine (see ``quarantine``).
     quarantined: tuple[PlanOp, ...] = ()
+    # The failures that put (or kept) what they write in quarantine: refusals of one object.
+    refused: tuple[Failure, ...] = ()
     # Objects that entered or left quarantine in this sync.
     transitions: tuple[Transition, ...] = ()
     # Something failed that is no refusal of one object (a transient error, or the kernel
@@ -219,6 +221,7 @@ class Reconciler:
         plan, outcome, held = attempt.plan, attempt.outcome, attempt.held
         others = self._quarantine.take_outcome(outcome, self._clock())
         held_for = self._quarantine.virtual_servers()
+        refused = tuple(failure for failure in outcome.failures if failure not in others)
         needs_full = bool(others) or any(not _waits_for(op, held_for) for op in outcome.held_back)
         self._next_retry = self._quarantine.next_retry()
         not_applied = [*_not_applied(outcome), *held]
@@ -236,6 +239,7 @@ class Reconciler:
             writes=outcome.writes,
             drift=MappingProxyType(dict(drift)),
             quarantined=held,
+            refused=refused,
             transitions=self._quarantine.take_transitions(),
             needs_full=needs_full,
         )

@@ -12,19 +12,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from ipaddress import ip_address
 from typing import Any
 
 import pytest
 
 from ipvsproxy.cluster.connection import ApiConnection
+from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import Backoff, ClusterInformer
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import ApiSource
 from ipvsproxy.model import (
+    SCHEDULERS,
     AddRealServer,
     DeleteRealServer,
     RealServer,
@@ -80,8 +83,15 @@ def start(fake: FakeApiServer, api: ApiConnection) -> Iterator[Callable[..., Run
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
-    def begin(sync_period: float = 30.0, **settings: Any) -> Running:
-        kernel = RecordingKernel()
+    def begin(
+        sync_period: float = 30.0,
+        schedulers: Collection[str] = SCHEDULERS,
+        events: bool = False,
+        **settings: Any,
+    ) -> Running:
+        """``schedulers``: those the fake kernel can load; ``events``: write Events to the
+        fake API server."""
+        kernel = RecordingKernel(schedulers)
         options = DaemonOptions(
             sync_period=sync_period,
             min_sync_period=0.1,
@@ -91,8 +101,10 @@ def start(fake: FakeApiServer, api: ApiConnection) -> Iterator[Callable[..., Run
             tick=0.1,
             drain_check_period=0.2,
             health_check_host="127.0.0.1",
+            node_name=NODE,
         )
-        daemon = Daemon(kernel.kernel(), Settings(**settings), options)
+        sink = ApiEventSink(api) if events else None
+        daemon = Daemon(kernel.kernel(), Settings(**settings), options, sink)
         informer = ClusterInformer(
             api,
             NODE,
@@ -254,6 +266,10 @@ def test_metrics_carry_kube_proxys_names_and_pass_promtool(
     ):
         assert name in text, name
     assert 'le="0.001"' in text and 'le="16.384"' in text and 'le="300.0"' in text
+    assert_promtool_accepts(text)
+
+
+def assert_promtool_accepts(text: str) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         message = "promtool is missing (Debian's prometheus package)"
@@ -300,3 +316,82 @@ def test_a_health_check_node_port_counts_local_endpoints(
     )
     fake.delete("Service", "default", "svc-0")
     assert eventually(lambda: not running.daemon.health_check_ports.ports)
+
+
+def annotated(index: int, scheduler: str) -> dict[str, Any]:
+    obj = service(index)
+    obj["metadata"]["annotations"] = {"ipvsproxy.io/scheduler": scheduler}
+    return obj
+
+
+def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
+    fake: FakeApiServer, start: Callable[..., Running]
+) -> None:
+    """50 services, one annotated with a scheduler the kernel cannot load: it waits in
+    quarantine, counted and reported on the Service, and every later change is applied by an
+    incremental sync."""
+    objects = cluster(50)
+    objects[objects.index(service(7))] = annotated(7, "sed")
+    uids = {fake.apply(obj)["metadata"]["uid"]: obj["metadata"]["name"] for obj in objects}
+    running = start(sync_period=3600.0, schedulers=SCHEDULERS - {"sed"}, events=True)
+    assert running.daemon.synced.wait(PATIENCE)
+    table = running.kernel.recording.fake
+    refused = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
+    assert len(table.dump()) == 49 and refused not in table.dump()
+
+    def quarantined(kind: str = "virtual_server") -> float:
+        return running.sample(
+            "ipvsproxy_objects_in_quarantine", kind=kind, reason="scheduler_unavailable"
+        )
+
+    def full_syncs() -> float:
+        return sum(
+            running.sample("ipvsproxy_syncs_total", mode="full", result=result)
+            for result in ("ok", "failed")
+        )
+
+    assert eventually(lambda: quarantined() == 1 and quarantined("scheduler") == 1)
+    labels = {"kind": "virtual_server", "reason": "scheduler_unavailable"}
+    assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
+    assert_promtool_accepts(get(running.metrics, "/metrics")[1])
+    assert eventually(lambda: len(fake.recorded_events()) == 1)
+    (event,) = fake.recorded_events()
+    assert event["involvedObject"] == {
+        "kind": "Service",
+        "namespace": "default",
+        "name": "svc-7",
+        "uid": next(uid for uid, name in uids.items() if name == "svc-7"),
+        "apiVersion": "v1",
+    }
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "KernelRefused", 1)
+    assert "virtual server TCP 10.96.0.8:80" in event["message"]
+    assert event["source"] == {"component": "ipvsproxy", "host": NODE}
+
+    full = full_syncs()
+    incremental = running.sample("ipvsproxy_syncs_total", mode="incremental", result="ok")
+
+    def three_real_servers(index: int) -> bool:
+        vip = VirtualServerKey(TransportProtocol.TCP, ip_address(f"10.96.0.{index + 1}"), 80)
+        return len(table.dump()[vip].real_servers) == 3
+
+    for index in (1, 2, 3, 4, 5):
+        fake.apply(endpoint_slice(index, endpoints=3))
+        assert eventually(partial(three_real_servers, index))
+    assert full_syncs() == full
+    assert running.sample("ipvsproxy_syncs_total", mode="incremental", result="ok") >= (
+        incremental + 5
+    )
+    # Its retries (every few seconds at first) are no new refusal to count or report.
+    time.sleep(6.0)
+    assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
+    assert len(fake.recorded_events()) == 1 and full_syncs() == full
+
+    # Fixed by its owner, it is written at once, and the Service is told.
+    fake.apply(annotated(7, "rr"))
+    assert eventually(lambda: refused in table.dump())
+    assert eventually(lambda: quarantined() == 0 and quarantined("scheduler") == 0)
+    assert eventually(lambda: len(fake.recorded_events()) == 2)
+    accepted = fake.recorded_events()[1]
+    assert (accepted["type"], accepted["reason"]) == ("Normal", "KernelAccepted")
+    assert full_syncs() == full
+    assert running.sample("ipvsproxy_events_total", result="created") == 2
