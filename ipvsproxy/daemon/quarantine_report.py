@@ -24,15 +24,8 @@ from ipvsproxy.model import (
     ServicePortName,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.quarantine import (
-    Change,
-    Held,
-    IPSetMember,
-    Quarantine,
-    Transition,
-    describe_held,
-    kind_of,
-)
+from ipvsproxy.reconcile.held import Held, IPSetMember, describe_held, kind_of
+from ipvsproxy.reconcile.quarantine import Change, Quarantine, Transition
 from ipvsproxy.translate.ipsets import virtual_server_of_member
 
 log = logging.getLogger(__name__)

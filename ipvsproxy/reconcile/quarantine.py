@@ -32,7 +32,6 @@ from types import MappingProxyType
 from ipvsproxy.kernel.errors import ErrorClass, error_class, refusal_reason
 from ipvsproxy.model import (
     AddIPSetEntries,
-    AddRealServer,
     AddVirtualServer,
     DesiredChange,
     DesiredState,
@@ -41,96 +40,24 @@ from ipvsproxy.model import (
     IPVSOp,
     OpError,
     PlanOp,
-    RealServer,
     RealServerRef,
-    SetSysctl,
-    UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
     VirtualServerKey,
     virtual_of,
 )
 from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure
+from ipvsproxy.reconcile.held import (
+    Held,
+    IPSetMember,
+    Parameter,
+    Scheduler,
+    Wanted,
+    kind_of,
+    quarantinable,
+    virtual_server_of,
+)
 from ipvsproxy.reconcile.syncplan import SyncPlan
-
-
-@dataclass(frozen=True, slots=True)
-class IPSetMember:
-    set_name: str
-    entry: str
-
-    def __str__(self) -> str:
-        return f"entry {self.entry} of set {self.set_name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Parameter:
-    """A kernel parameter (sysctl)."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"kernel parameter {self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Scheduler:
-    name: str
-
-    def __str__(self) -> str:
-        return f"IPVS scheduler {self.name!r}"
-
-
-Held = VirtualServerKey | RealServerRef | IPSetMember | Parameter | Scheduler
-# What was wanted of a held object when it was refused: a changed wish is tried at once.
-Wanted = VirtualServer | RealServer | str | None
-
-
-def kind_of(obj: Held) -> str:
-    """The object's kind, as a metric label."""
-    match obj:
-        case VirtualServerKey():
-            return "virtual_server"
-        case RealServerRef():
-            return "real_server"
-        case IPSetMember():
-            return "ipset_entry"
-        case Parameter():
-            return "sysctl"
-    return "scheduler"
-
-
-def describe_held(obj: Held) -> str:
-    match obj:
-        case VirtualServerKey():
-            return f"virtual server {obj}"
-        case RealServerRef():
-            return f"real server {obj}"
-    return str(obj)
-
-
-def _virtual_server_of(obj: Held) -> VirtualServerKey | None:
-    match obj:
-        case VirtualServerKey():
-            return obj
-        case RealServerRef(virtual):
-            return virtual
-    return None
-
-
-def quarantinable(op: PlanOp) -> Iterator[tuple[Held, Wanted]]:
-    """The objects ``op`` writes that a refusal can quarantine, with what it wants of each.
-    Deletions are not among them: they are ours to finish, and a full sync does."""
-    match op:
-        case AddVirtualServer(server) | UpdateVirtualServer(server):
-            yield server.key, server
-        case AddRealServer(virtual, server) | UpdateRealServer(virtual, server):
-            yield RealServerRef(virtual, server.key), server
-        case AddIPSetEntries(name, entries):
-            for entry in entries:
-                yield IPSetMember(name, entry), None
-        case SetSysctl(name, value):
-            yield Parameter(name), value
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +196,7 @@ class Quarantine:
         change touches (what it believes of them is wrong) and those due for a retry."""
         keys: set[VirtualServerKey] = set()
         for obj, entry in self._entries.items():
-            key = _virtual_server_of(obj)
+            key = virtual_server_of(obj)
             if key is not None and (now >= entry.retry_at or key in change.virtual_servers):
                 keys.add(key)
         return frozenset(keys)
@@ -407,7 +334,7 @@ class Quarantine:
         for obj in list(self._entries):
             if obj in written or isinstance(obj, Scheduler):
                 continue
-            if planned is None or _virtual_server_of(obj) in planned:
+            if planned is None or virtual_server_of(obj) in planned:
                 self._release(obj, applied=True)
 
     # -- after applying ---------------------------------------------------------------------
@@ -450,7 +377,7 @@ class Quarantine:
 
     def virtual_servers(self) -> frozenset[VirtualServerKey]:
         """The virtual servers held, or with real servers held."""
-        return frozenset(key for key in map(_virtual_server_of, self._entries) if key is not None)
+        return frozenset(key for key in map(virtual_server_of, self._entries) if key is not None)
 
     def sweep(self, desired: DesiredState) -> None:
         """Release what ``desired`` no longer wants."""

@@ -33,7 +33,8 @@ from ipvsproxy.model import (
 from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
-from ipvsproxy.reconcile.quarantine import Quarantine, Transition, quarantinable
+from ipvsproxy.reconcile.held import quarantinable
+from ipvsproxy.reconcile.quarantine import Quarantine, Transition
 from ipvsproxy.reconcile.scoped import plan_change, to_read
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync

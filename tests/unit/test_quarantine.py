@@ -34,14 +34,8 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.quarantine import (
-    Backoff,
-    Change,
-    IPSetMember,
-    Parameter,
-    Quarantine,
-    Scheduler,
-)
+from ipvsproxy.reconcile.held import IPSetMember, Parameter, Scheduler
+from ipvsproxy.reconcile.quarantine import Backoff, Change, Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from tests.unit.reconcile_kit import (
     POD_A,

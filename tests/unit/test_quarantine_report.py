@@ -21,14 +21,8 @@ from ipvsproxy.model import (
     TransportProtocol,
     VirtualServer,
 )
-from ipvsproxy.reconcile.quarantine import (
-    Change,
-    Entry,
-    IPSetMember,
-    Parameter,
-    Quarantine,
-    Transition,
-)
+from ipvsproxy.reconcile.held import IPSetMember, Parameter
+from ipvsproxy.reconcile.quarantine import Change, Entry, Quarantine, Transition
 from tests.unit.reconcile_kit import POD_A, TCP_VS, desired
 
 WEB = ObjectKey("default", "web")
