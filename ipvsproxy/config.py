@@ -109,6 +109,33 @@ DEFAULTS: Mapping[str, Any] = {
 }
 LOGGING_FORMATS = ("text", "json")
 
+
+@dataclass(frozen=True, slots=True)
+class DurationBound:
+    """The longest a duration may be: as Go writes it, and why, for the error message."""
+
+    text: str
+    why: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return parse_duration(self.text)
+
+
+# Long enough for any use we can think of, short enough that no timer or deadline overflows.
+LONGEST = DurationBound("24h")
+# The kernel keeps IPVS timeouts in jiffies in an int and refuses more than INT_MAX / HZ
+# seconds: 2147483 s at the highest HZ (1000). Beyond, every sync would fail (and beyond
+# 2^32 s, not even be sent).
+LONGEST_IPVS_TIMEOUT = DurationBound("596h31m23s", " (2147483 s, the kernel's limit)")
+DURATION_BOUNDS: Mapping[str, DurationBound] = {
+    "ipvs.syncPeriod": LONGEST,
+    "ipvs.minSyncPeriod": LONGEST,
+    "ipvs.tcpTimeout": LONGEST_IPVS_TIMEOUT,
+    "ipvs.tcpFinTimeout": LONGEST_IPVS_TIMEOUT,
+    "ipvs.udpTimeout": LONGEST_IPVS_TIMEOUT,
+}
+
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -297,16 +324,28 @@ def resolve(
     return Resolved(_with_own_flags(_build(merged, origin, master), flags), tuple(warnings))
 
 
+def bounded_duration(text: str, label: str, longest: DurationBound) -> float:
+    """``text`` as seconds, refused unless a duration from 0 to ``longest``."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise ConfigError(f"{label} {text!r}: not a duration") from None
+    if seconds < 0:
+        raise ConfigError(f"{label} {text!r}: a duration may not be negative")
+    if seconds > longest.seconds:
+        raise ConfigError(f"{label} {text!r}: at most {longest.text}{longest.why}")
+    return seconds
+
+
 def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfig:
     ranges = flags.get(EXTERNAL_IP_RANGE_FLAG) or ()
     timeout_text = flags.get(API_TIMEOUT_FLAG)
     timeout = DEFAULT_API_TIMEOUT
     if timeout_text is not None:
-        try:
-            timeout = parse_duration(timeout_text)
-        except ValueError:
-            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: not a duration") from None
-        if timeout <= 0:
+        if timeout_text.startswith("-"):
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+        timeout = bounded_duration(timeout_text, API_TIMEOUT_FLAG, LONGEST)
+        if timeout == 0:
             raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
     settings = replace(
         config.settings,
@@ -341,16 +380,10 @@ def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
 def _durations(
     values: Mapping[str, Any], origin: Mapping[str, str], paths: tuple[str, ...]
 ) -> dict[str, float]:
-    """The duration fields at ``paths`` in seconds; a non-duration or negative one is refused."""
-    seconds = {}
-    for path in paths:
-        try:
-            seconds[path] = parse_duration(values[path])
-        except ValueError:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
-        if seconds[path] < 0:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
-    return seconds
+    """The duration fields at ``paths`` in seconds; each must be within its bounds."""
+    return {
+        path: bounded_duration(values[path], origin[path], DURATION_BOUNDS[path]) for path in paths
+    }
 
 
 def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
@@ -386,6 +419,11 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
         DEFAULTS["ipvs.syncPeriod"]
     )
+    if periods["ipvs.minSyncPeriod"] > periods["ipvs.syncPeriod"]:
+        raise ConfigError(
+            f"{origin['ipvs.minSyncPeriod']} {values['ipvs.minSyncPeriod']!r}: longer than "
+            f"{origin['ipvs.syncPeriod']} {values['ipvs.syncPeriod']!r}, as kube-proxy refuses"
+        )
     logging_format = values["logging.format"]
     if logging_format not in LOGGING_FORMATS:
         known = ", ".join(LOGGING_FORMATS)

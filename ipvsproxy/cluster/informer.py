@@ -21,6 +21,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -54,6 +55,7 @@ from ipvsproxy.model import (
     Rejection,
     Service,
 )
+from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +325,7 @@ class ClusterInformer:
 
     ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
+    The reflectors' threads are workers of ``workers``.
     """
 
     def __init__(
@@ -336,6 +339,7 @@ class ClusterInformer:
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
         hooks: InformerHooks = InformerHooks(),
+        workers: Supervisor | None = None,
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
@@ -370,26 +374,27 @@ class ClusterInformer:
             self.node,
         )
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._workers = workers or Supervisor()
+        self._running: list[Worker] = []
 
     def start(self) -> None:
-        for reflector in self._reflectors:
-            thread = threading.Thread(
-                target=reflector.run,
-                args=(self._stop,),
-                name=f"informer-{reflector.resource.plural}",
-                daemon=True,
+        self._running = [
+            self._workers.spawn(
+                f"informer-{reflector.resource.plural}",
+                partial(reflector.run, self._stop),
+                stop=self._stop.set,
             )
-            thread.start()
-            self._threads.append(thread)
+            for reflector in self._reflectors
+        ]
 
     def stop(self, timeout: float = 10.0) -> None:
+        for worker in self._running:
+            worker.request_stop()
         self._stop.set()
         for reflector in self._reflectors:
             reflector.close()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads.clear()
+        stop_all(self._running, timeout)
+        self._running.clear()
 
     def wait_for_sync(self, timeout: float) -> bool:
         """True once every resource has been listed, as kube-proxy waits before its first sync."""

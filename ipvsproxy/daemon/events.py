@@ -1,11 +1,11 @@
-"""Events to the API server on a thread of their own, so that no sync ever waits for one.
+"""Events to the API server from a worker of their own, so that no sync ever waits for one.
 
 ``event`` only puts the event in a bounded queue (1,000, as client-go's broadcaster) and
-drops it when the queue is full; the recorder's thread correlates it (``EventCorrelator``)
-and writes it. As client-go's recordToSink does, a write that got no answer is tried again
-(up to 12 times, 10 s apart, the first wait drawn shorter so that nodes do not retry
-together), and one the API server refused is dropped with one log line. A patch of an event
-that no longer exists becomes a create.
+drops it when the queue is full; ``run``, the daemon's supervised "events" worker,
+correlates it (``EventCorrelator``) and writes it. As client-go's recordToSink does, a write
+that got no answer is tried again (up to 12 times, 10 s apart, the first wait drawn shorter
+so that nodes do not retry together), and one the API server refused is dropped with one
+log line. A patch of an event that no longer exists becomes a create.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ class EventRecorder:
         self._counted = counted
         self._draw = draw
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def event(self, involved: ObjectReference, type_: str, reason: str, message: str) -> None:
         """Queue an event; never blocks."""
@@ -65,17 +64,14 @@ class EventRecorder:
             self._counted("dropped")
             log.debug("too many events queued; dropped %s %s: %s", reason, involved, message)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop writing; what is still queued is dropped."""
+    def stop(self) -> None:
+        """Ask ``run`` to return (at once, or after the write in hand); what is still queued
+        is dropped."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Write queued events until ``stop``; an event that cannot be written is dropped,
+        whatever the client raises."""
         while not self._stop.is_set():
             try:
                 event = self._queue.get(timeout=0.5)

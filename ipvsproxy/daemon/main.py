@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import resource
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -15,7 +17,7 @@ from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
-from ipvsproxy.daemon.http import parse_bind_address
+from ipvsproxy.daemon.http import HttpLimits, parse_bind_address
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel
@@ -48,7 +50,22 @@ def _read_ipvs_counters() -> IPVSTable:
         return ipvs.dump(real_servers=False)
 
 
-def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions:
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard one, as Go's runtime does at start (so
+    kube-proxy runs with it): systemd's soft 1024 is far below what a busy node needs. The
+    soft limit in force after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as error:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, error)
+            return soft
+    # Linux has no unlimited NOFILE in practice (nr_open caps it), but say what it would mean.
+    return sys.maxsize if hard == resource.RLIM_INFINITY else hard
+
+
+def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int) -> DaemonOptions:
     return DaemonOptions(
         node_name=config.hostname,
         sync_period=config.sync_period,
@@ -57,6 +74,7 @@ def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions
         metrics=_address(config.metrics_bind_address, "--metrics-bind-address"),
         traffic=_read_ipvs_counters if traffic_metrics else None,
         reconciler=reconciler_settings(config),
+        http=HttpLimits.for_open_files(open_files),
     )
 
 
@@ -88,7 +106,9 @@ def serve_daemon(
     configure(config.logging_format, verbosity)
     for warning in warnings:
         log.warning(warning)
-    options = options_from(config, traffic_metrics=traffic_metrics)
+    options = options_from(
+        config, traffic_metrics=traffic_metrics, open_files=raise_open_files_limit()
+    )
     stop = threading.Event()
     stop_on_signals(stop)
     with ExitStack() as stack:
@@ -102,7 +122,9 @@ def serve_daemon(
         if source_path is not None:
             # No API: what would be an Event is a log line only.
             daemon = _serving(Daemon(kernel, config.settings, options))
-            source = FileSource(source_path, config.hostname, on_change=daemon.changed)
+            source = FileSource(
+                source_path, config.hostname, on_change=daemon.changed, workers=daemon.workers
+            )
         else:
             try:
                 api = connect(config.kubeconfig, config.master or None)
@@ -114,6 +136,7 @@ def serve_daemon(
                 config.hostname,
                 service_proxy_name=config.settings.service_proxy_name,
                 hooks=daemon.informer_hooks(),
+                workers=daemon.workers,
             )
             source = ApiSource(informer)
         log.info(

@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.cluster.source import MANIFEST_SUFFIXES, SourceError, load_snapshot
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Rejection
+from ipvsproxy.supervise import Supervisor, Worker
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class FileSource:
     """A manifest file or folder, read again whenever a file in it changes (polled).
 
     A file that does not parse is reported and the last good reading is kept: a half-written
-    manifest must not remove every service.
+    manifest must not remove every service. The polling thread is a worker of ``workers``.
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class FileSource:
         node_name: str,
         on_change: Callable[[], None],
         poll_interval: float = 0.5,
+        workers: Supervisor | None = None,
     ) -> None:
         self._path = path
         self._node_name = node_name
@@ -107,15 +109,15 @@ class FileSource:
         self._current: tuple[ClusterSnapshot, list[Rejection]] | None = None
         self._synced = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="source-files", daemon=True)
+        self._workers = workers or Supervisor()
+        self._worker: Worker | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker = self._workers.spawn("source-files", self._poll, stop=self._stop.set)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._worker is not None:
+            self._worker.stop()
 
     def wait_for_sync(self, timeout: float) -> bool:
         return self._synced.wait(timeout)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -186,21 +188,26 @@ def results() -> Results:
     return Results()
 
 
-def recorder(sink: Sink, results: Results, queue_size: int = 1000) -> EventRecorder:
+@contextmanager
+def recorder(sink: Sink, results: Results, queue_size: int = 1000) -> Iterator[EventRecorder]:
+    """A recorder writing on a thread of its own (the daemon's worker) for the block."""
     made = EventRecorder(sink, SOURCE, counted=results, retry_delay=0.0, queue_size=queue_size)
-    made.start()
-    return made
+    thread = threading.Thread(target=made.run)
+    thread.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+        thread.join(PATIENCE)
+        assert not thread.is_alive()
 
 
 def test_events_are_created_then_patched_on_the_recorder_s_thread(results: Results) -> None:
     sink = Sink()
-    events = recorder(sink, results)
-    try:
+    with recorder(sink, results) as events:
         events.event(WEB, WARNING, "KernelRefused", "refused")
         events.event(WEB, WARNING, "KernelRefused", "refused")
         assert results.wait_for(2) == ["created", "patched"]
-    finally:
-        events.stop()
     assert sink.created[0][1]["message"] == "refused"
     assert sink.patched[0][2]["count"] == 2
 
@@ -208,8 +215,7 @@ def test_events_are_created_then_patched_on_the_recorder_s_thread(results: Resul
 def test_recording_never_waits_for_the_api_and_drops_beyond_its_queue(results: Results) -> None:
     sink = Sink()
     sink.gate.clear()  # the API server hangs
-    events = recorder(sink, results, queue_size=3)
-    try:
+    with recorder(sink, results, queue_size=3) as events:
         events.event(WEB, WARNING, "KernelRefused", "refused 0")
         assert sink.entered.wait(PATIENCE)
         for n in range(1, 10):
@@ -218,44 +224,33 @@ def test_recording_never_waits_for_the_api_and_drops_beyond_its_queue(results: R
         assert results.wait_for(6) == ["dropped"] * 6
         sink.gate.set()
         assert results.wait_for(10)[6:] == ["created"] * 4
-    finally:
-        events.stop()
 
 
 def test_an_unreachable_api_is_retried_and_a_refusal_is_not(results: Results) -> None:
     sink = Sink(answers=[ApiError("cannot reach"), ApiError("cannot reach"), None])
-    events = recorder(sink, results)
-    try:
+    with recorder(sink, results) as events:
         events.event(WEB, WARNING, "KernelRefused", "refused")
         assert results.wait_for(1) == ["created"] and sink.calls == 3
         sink.answers = [ApiError("forbidden", status=403)]
         events.event(WEB, WARNING, "KernelRefused", "another")
         assert results.wait_for(2)[1] == "failed" and sink.calls == 4
-    finally:
-        events.stop()
 
 
 def test_a_patch_of_an_event_gone_from_the_api_creates_it_again(results: Results) -> None:
     sink = Sink()
-    events = recorder(sink, results)
-    try:
+    with recorder(sink, results) as events:
         events.event(WEB, WARNING, "KernelRefused", "refused")
         results.wait_for(1)
         sink.answers = [ApiError("not found", status=404)]
         events.event(WEB, WARNING, "KernelRefused", "refused")
         assert results.wait_for(2) == ["created", "created"]
-    finally:
-        events.stop()
     assert [body["count"] for _, body in sink.created] == [1, 2]
 
 
 def test_the_recorder_s_thread_outlives_an_error_of_any_kind(results: Results) -> None:
     sink = Sink()
-    events = recorder(sink, results)
-    try:
+    with recorder(sink, results) as events:
         sink.answers = [RuntimeError("a bug in the client")]
         events.event(WEB, WARNING, "KernelRefused", "refused")
         events.event(WEB, WARNING, "KernelRefused", "next")
         assert results.wait_for(2) == ["failed", "created"]
-    finally:
-        events.stop()
