@@ -140,6 +140,9 @@ class Daemon:
             watch_restarted=lambda resource: self.metrics.watch_restarts.labels(
                 resource=resource
             ).inc(),
+            malformed_event=lambda resource: self.metrics.watch_malformed_events.labels(
+                resource=resource
+            ).inc(),
         )
 
     # -- running --------------------------------------------------------------------------------

@@ -123,7 +123,11 @@ def serve_daemon(
             # No API: what would be an Event is a log line only.
             daemon = _serving(Daemon(kernel, config.settings, options))
             source = FileSource(
-                source_path, config.hostname, on_change=daemon.changed, workers=daemon.workers
+                source_path,
+                config.hostname,
+                on_change=daemon.changed,
+                max_file_size=config.source_max_file_size,
+                workers=daemon.workers,
             )
         else:
             try:

@@ -281,6 +281,13 @@ class Metrics:
             ["resource"],
             registry=registry,
         )
+        self.watch_malformed_events = Counter(
+            "ipvsproxy_watch_malformed_events",
+            "Lines of a watch stream that were no usable event (not JSON, nested too deep, "
+            "the wrong shape, over 16 MiB), skipped",
+            ["resource"],
+            registry=registry,
+        )
         self.relists = Counter(
             "ipvsproxy_relists",
             "Lists of a resource after the first (410 Gone)",
