@@ -7,16 +7,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any
 
 from ipvsproxy.cluster.connection import ApiConnection
+from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import Backoff, ClusterInformer
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import ApiSource
-from ipvsproxy.model import TransportProtocol, VirtualServerKey
+from ipvsproxy.model import SCHEDULERS, TransportProtocol, VirtualServerKey
 from ipvsproxy.translate import Settings
 from tests.api.kube import JsonObject, cluster_ip
 from tests.daemon_kit import RecordingKernel
@@ -67,9 +68,17 @@ class Daemons:
         self._threads: list[threading.Thread] = []
 
     def start(
-        self, api: ApiConnection, node: str, sync_period: float = 30.0, **settings: Any
+        self,
+        api: ApiConnection,
+        node: str,
+        sync_period: float = 30.0,
+        schedulers: Collection[str] = SCHEDULERS,
+        events: bool = False,
+        **settings: Any,
     ) -> Running:
-        kernel = RecordingKernel()
+        """``schedulers``: those the in-memory kernel can load; ``events``: write Events to the
+        API server through ``api``."""
+        kernel = RecordingKernel(schedulers)
         options = DaemonOptions(
             sync_period=sync_period,
             min_sync_period=0.1,
@@ -79,8 +88,10 @@ class Daemons:
             tick=0.1,
             drain_check_period=0.2,
             health_check_host="127.0.0.1",
+            node_name=node,
         )
-        daemon = Daemon(kernel.kernel(), Settings(**settings), options)
+        sink = ApiEventSink(api) if events else None
+        daemon = Daemon(kernel.kernel(), Settings(**settings), options, sink)
         informer = ClusterInformer(
             api,
             node,

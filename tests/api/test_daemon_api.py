@@ -11,13 +11,18 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import partial
 from ipaddress import ip_address
+from typing import Any
 
 import pytest
 
 from ipvsproxy.cluster.connection import ApiConnection, connect
+from ipvsproxy.kernel.preconditions import PROBE_ADDRESS
 from ipvsproxy.model import (
+    SCHEDULERS,
     AddRealServer,
+    AddVirtualServer,
     DeleteRealServer,
     RealServer,
     RealServerKey,
@@ -25,7 +30,7 @@ from ipvsproxy.model import (
 )
 from tests.api.conftest import FAST_RETRY, REAL_TIMEOUTS
 from tests.api.daemons import PATIENCE, Daemons, Running, eventually, get, vip
-from tests.api.kube import Kube, reading
+from tests.api.kube import JsonObject, Kube, reading
 from tests.daemon_kit import NODE, cluster, endpoint_slice, node, service
 
 
@@ -199,6 +204,10 @@ def test_metrics_carry_kube_proxys_names_and_pass_promtool(
     ):
         assert name in text, name
     assert 'le="0.001"' in text and 'le="16.384"' in text and 'le="300.0"' in text
+    assert_promtool_accepts(text)
+
+
+def assert_promtool_accepts(text: str) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         message = "promtool is missing (Debian's prometheus package)"
@@ -239,3 +248,99 @@ def test_a_health_check_node_port_counts_local_endpoints(
     )
     kube.delete("Service", "svc-0")
     assert eventually(lambda: not running.daemon.health_check_ports.ports)
+
+
+def annotated(index: int, scheduler: str) -> dict[str, Any]:
+    obj = service(index)
+    obj["metadata"]["annotations"] = {"ipvsproxy.io/scheduler": scheduler}
+    return obj
+
+
+def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
+    kube: Kube, real_api: ApiConnection, daemons: Daemons
+) -> None:
+    """50 services, one annotated with a scheduler the kernel cannot load: it waits in
+    quarantine, counted and reported on the Service as an Event the API server keeps, and
+    every later change is applied by an incremental sync."""
+    objects = cluster(50)
+    objects[objects.index(service(7))] = annotated(7, "sed")
+    stored = {obj["metadata"]["name"]: obj for obj in kube.add_all(objects)}
+    running = start(
+        daemons, kube, real_api, sync_period=3600.0, schedulers=SCHEDULERS - {"sed"}, events=True
+    )
+    assert running.daemon.synced.wait(PATIENCE)
+    table = running.kernel.recording.fake
+    refused = vip(stored["svc-7"])
+    assert refused not in table.dump()
+    assert all(vip(stored[f"svc-{index}"]) in table.dump() for index in range(50) if index != 7)
+
+    def quarantined(kind: str = "virtual_server") -> float:
+        return running.sample(
+            "ipvsproxy_objects_in_quarantine", kind=kind, reason="scheduler_unavailable"
+        )
+
+    def full_syncs() -> float:
+        return sum(
+            running.sample("ipvsproxy_syncs_total", mode="full", result=result)
+            for result in ("ok", "failed")
+        )
+
+    def events() -> list[JsonObject]:
+        return kube.list_items("Event", kube.namespace)
+
+    assert eventually(lambda: quarantined() == 1 and quarantined("scheduler") == 1)
+    labels = {"kind": "virtual_server", "reason": "scheduler_unavailable"}
+    assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
+    assert_promtool_accepts(get(running.metrics, "/metrics")[1])
+    assert eventually(lambda: len(events()) == 1)
+    (event,) = events()
+    assert event["involvedObject"] == {
+        "kind": "Service",
+        "namespace": kube.namespace,
+        "name": "svc-7",
+        "uid": stored["svc-7"]["metadata"]["uid"],
+        "apiVersion": "v1",
+    }
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "KernelRefused", 1)
+    assert f"virtual server TCP {refused.address}:80" in event["message"]
+    assert event["source"] == {"component": "ipvsproxy", "host": kube.node_name(NODE)}
+
+    full = full_syncs()
+    incremental = running.sample("ipvsproxy_syncs_total", mode="incremental", result="ok")
+
+    def three_real_servers(index: int) -> bool:
+        return len(table.dump()[vip(stored[f"svc-{index}"])].real_servers) == 3
+
+    for index in (1, 2, 3, 4, 5):
+        kube.add(endpoint_slice(index, endpoints=3))
+        assert eventually(partial(three_real_servers, index))
+    assert full_syncs() == full
+    assert running.sample("ipvsproxy_syncs_total", mode="incremental", result="ok") >= (
+        incremental + 5
+    )
+
+    # Its retry (after 4-5 s) tries the scheduler again, once, and is no new refusal to
+    # count or report.
+    def trials() -> int:
+        return sum(
+            isinstance(op, AddVirtualServer) and op.server.key.address == PROBE_ADDRESS
+            for op in running.kernel.recording.ops
+        )
+
+    tried = trials()
+    assert tried >= 1
+    assert eventually(lambda: trials() > tried)
+    kube.add(endpoint_slice(6, endpoints=3))
+    assert eventually(partial(three_real_servers, 6))
+    assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
+    assert len(events()) == 1 and full_syncs() == full
+
+    # Fixed by its owner, it is written at once, and the Service is told.
+    kube.add(annotated(7, "rr"))
+    assert eventually(lambda: refused in table.dump())
+    assert eventually(lambda: quarantined() == 0 and quarantined("scheduler") == 0)
+    assert eventually(lambda: len(events()) == 2)
+    accepted = next(event for event in events() if event["reason"] != "KernelRefused")
+    assert (accepted["type"], accepted["reason"]) == ("Normal", "KernelAccepted")
+    assert full_syncs() == full
+    assert running.sample("ipvsproxy_events_total", result="created") == 2
