@@ -155,7 +155,8 @@ class _Values(ValuesView[V]):
 class PersistentSet(Set[T]):
     """An immutable set; ``updated`` returns a new one sharing the untouched chunks.
 
-    Set operations (``|``, ``-``, ``&``) return plain frozensets."""
+    Set algebra (``|``, ``-``, ``&``, comparisons) works on one frozenset of the members, made
+    in C, and returns plain frozensets."""
 
     __slots__ = ("_chunks", "_len", "_mask")
 
@@ -169,10 +170,6 @@ class PersistentSet(Set[T]):
         self._chunks: tuple[frozenset[T], ...] = tuple(map(frozenset, buckets))
         self._mask = mask
         self._len = len(members)
-
-    @classmethod
-    def _from_iterable(cls, iterable: Iterable[Any]) -> frozenset[Any]:
-        return frozenset(iterable)
 
     def updated(self, add: Iterable[T] = (), remove: Iterable[T] = ()) -> PersistentSet[T]:
         """A copy with ``remove``'s items gone, then ``add``'s in (present ones ignored)."""
@@ -212,12 +209,62 @@ class PersistentSet(Set[T]):
     def __len__(self) -> int:
         return self._len
 
+    def frozen(self) -> frozenset[T]:
+        """The members as one frozenset: made in C from the chunks' stored hashes, so whole-set
+        algebra (a full sync's) costs no Python call per member."""
+        return frozenset().union(*self._chunks)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Set):
             return NotImplemented
-        return len(self) == len(other) and all(item in other for item in self)
+        return len(self) == len(other) and self.frozen() == frozen(other)
+
+    def __le__(self, other: Set[Any]) -> bool:
+        return self.frozen() <= frozen(other)
+
+    def __ge__(self, other: Set[Any]) -> bool:
+        return self.frozen() >= frozen(other)
+
+    def __lt__(self, other: Set[Any]) -> bool:
+        return self.frozen() < frozen(other)
+
+    def __gt__(self, other: Set[Any]) -> bool:
+        return self.frozen() > frozen(other)
+
+    def __sub__(self, other: Set[Any]) -> frozenset[T]:
+        return self.frozen() - frozen(other)
+
+    def __rsub__(self, other: Set[Any]) -> frozenset[Any]:
+        return frozen(other) - self.frozen()
+
+    def __or__(self, other: Set[Any]) -> frozenset[Any]:
+        return self.frozen() | frozen(other)
+
+    __ror__ = __or__
+
+    def __and__(self, other: Set[Any]) -> frozenset[T]:
+        return self.frozen() & frozen(other)
+
+    __rand__ = __and__
+
+    def __xor__(self, other: Set[Any]) -> frozenset[Any]:
+        return self.frozen() ^ frozen(other)
+
+    __rxor__ = __xor__
+
+    def isdisjoint(self, other: Iterable[Any]) -> bool:
+        return self.frozen().isdisjoint(other)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"PersistentSet({set(self)!r})"
+
+
+def frozen(items: Set[T]) -> frozenset[T]:
+    """``items`` as a frozenset, without a Python call per member where it can."""
+    if isinstance(items, frozenset):
+        return items
+    if isinstance(items, PersistentSet):
+        return items.frozen()
+    return frozenset(items)

@@ -21,6 +21,7 @@ from ipvsproxy.model import (
     UpdateVirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.persistent import frozen
 from ipvsproxy.reconcile.graceful import (
     DEFAULT_GRACE_PERIOD,
     DRAINED_PROTOCOLS,
@@ -39,9 +40,8 @@ def owned_addresses(
     """Addresses whose virtual servers are ours: kube-ipvs0's, now or to be, node ports', and
     the node's own addresses that carried ours before (an external IP that is the node's
     address, since dropped: nothing else says its virtual server was ours)."""
-    return frozenset().union(
-        desired.bound_addresses,
-        desired.node_addresses,
+    return frozen(desired.bound_addresses).union(
+        frozen(desired.node_addresses),
         desired.node_port_addresses,
         node_addresses_before,
         bound_now,

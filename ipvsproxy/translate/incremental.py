@@ -30,6 +30,7 @@ from ipvsproxy.model import (
     IPAddress,
     IPFamily,
     IPSetContent,
+    IptablesRuleset,
     ObjectKey,
     Rejection,
     Service,
@@ -63,16 +64,19 @@ K = TypeVar("K", bound=Hashable)
 
 
 class _Counted(Generic[K]):
-    """Reference counts, and for the items that came or went since ``delta``, whether each
-    was there before."""
+    """Reference counts, and once ``track`` is called, for the items that came or went since
+    ``delta``, whether each was there before (a rebuild needs no such record)."""
 
     def __init__(self) -> None:
         self.counts: dict[K, int] = {}
-        self._before: dict[K, bool] = {}
+        self._before: dict[K, bool] | None = None
+
+    def track(self) -> None:
+        self._before = {}
 
     def add(self, item: K) -> None:
         count = self.counts.get(item, 0)
-        if not count:
+        if not count and self._before is not None:
             self._before.setdefault(item, False)
         self.counts[item] = count + 1
 
@@ -80,15 +84,16 @@ class _Counted(Generic[K]):
         count = self.counts[item]
         if count == 1:
             del self.counts[item]
-            self._before.setdefault(item, True)
+            if self._before is not None:
+                self._before.setdefault(item, True)
         else:
             self.counts[item] = count - 1
 
     def delta(self) -> tuple[frozenset[K], frozenset[K]]:
-        """What came and what went since the last call."""
-        now = self.counts
-        came = frozenset(item for item, was in self._before.items() if not was and item in now)
-        went = frozenset(item for item, was in self._before.items() if was and item not in now)
+        """What came and what went since the last call (or ``track``)."""
+        before, now = self._before or {}, self.counts
+        came = frozenset(item for item, was in before.items() if not was and item in now)
+        went = frozenset(item for item, was in before.items() if was and item not in now)
         self._before = {}
         return came, went
 
@@ -167,7 +172,8 @@ class IncrementalTranslation:
         node = node_facts(snapshot, self._settings)
         self._reset(node)
         self._cache.begin(node, self._settings, snapshot.services)
-        return self.update(snapshot, snapshot.services, snapshot.endpoint_slices).desired
+        self._apply(snapshot, snapshot.services, snapshot.endpoint_slices, node)
+        return self._first_result(node)
 
     def update(
         self,
@@ -177,8 +183,18 @@ class IncrementalTranslation:
     ) -> Translated:
         """The desired state after the given Services and EndpointSlices changed in
         ``snapshot`` (added, changed or deleted); the Node must be the last rebuild's."""
-        if self._node is None:
+        if self._node is None or self._desired is None:
             raise RuntimeError("update() before rebuild()")
+        self._apply(snapshot, services, endpoint_slices, self._node)
+        return self._result(self._node, self._desired)
+
+    def _apply(
+        self,
+        snapshot: ClusterSnapshot,
+        services: Iterable[ObjectKey],
+        endpoint_slices: Iterable[ObjectKey],
+        node: NodeFacts,
+    ) -> None:
         changed = set(services)
         for key in endpoint_slices:
             changed |= self._reindex_slice(key, snapshot.endpoint_slices.get(key))
@@ -191,10 +207,9 @@ class IncrementalTranslation:
             if service is None:
                 self._cache.forget(key)
             elif proxied(service, self._settings):
-                self._offer(service, self._node, addresses, touched)
+                self._offer(service, node, addresses, touched)
         for vs_key in touched:
-            self._settle(vs_key, self._node)
-        return self._result(self._node)
+            self._settle(vs_key, node)
 
     # -- the index of slices by service -----------------------------------------------------------
 
@@ -296,7 +311,8 @@ class IncrementalTranslation:
     def _settle(self, key: VirtualServerKey, node: NodeFacts) -> None:
         """Give ``key`` to its best claim now, and its entries and address with it."""
         old = self._won.pop(key, None)
-        self._servers_before.setdefault(key, None if old is None else old.wanted)
+        if self._desired is not None:
+            self._servers_before.setdefault(key, None if old is None else old.wanted)
         if old is not None:
             self._let_go(key, old)
         if self._conflicts.pop(key, None) is not None:
@@ -346,11 +362,30 @@ class IncrementalTranslation:
 
     # -- the result ----------------------------------------------------------------------------
 
-    def _result(self, node: NodeFacts) -> Translated:
+    def _first_result(self, node: NodeFacts) -> DesiredState:
+        """The desired state of a rebuild: every container built whole from the counts."""
+        published = _Published(
+            PersistentMap({key: won.wanted for key, won in self._won.items()}),
+            PersistentSet(self._bound.counts.keys()),
+            PersistentSet(self._nodes.counts.keys()),
+            {name: PersistentSet(self._entries[name].counts.keys()) for name in SPECS},
+        )
+        for counted in self._entries.values():
+            counted.track()
+        self._bound.track()
+        self._nodes.track()
+        ipsets = {name: IPSetContent(spec, published.entries[name]) for name, spec in SPECS.items()}
+        return self._publish(
+            published,
+            ipsets,
+            build_iptables(self._settings, ipsets, self._blocked, node.pod_cidrs),
+            node,
+        )
+
+    def _result(self, node: NodeFacts, previous: DesiredState) -> Translated:
         """The new desired state: what changed is written into copies of the previous one's
         containers that share everything else with them (``persistent``), so its cost follows
         the change."""
-        previous = self._desired
         servers_changed: dict[VirtualServerKey, DesiredVirtualServer | None] = {}
         servers_now: dict[VirtualServerKey, DesiredVirtualServer] = {}
         for key, before in self._servers_before.items():
@@ -368,41 +403,52 @@ class IncrementalTranslation:
         bound, unbound = self._bound.delta()
         nodes_came, nodes_went = self._nodes.delta()
         published = self._published
-        if previous is None:
-            # Everything is new: built whole, rather than grown one update at a time.
-            published = _Published(
-                PersistentMap(servers_now),
-                PersistentSet(self._bound.counts.keys()),
-                PersistentSet(self._nodes.counts.keys()),
-                {name: PersistentSet(self._entries[name].counts.keys()) for name in SPECS},
-            )
-        else:
-            published = _Published(
-                published.servers.updated(servers_now, servers_changed.keys() - servers_now.keys()),
-                published.bound.updated(bound, unbound),
-                published.nodes.updated(nodes_came, nodes_went),
-                {
-                    name: entries.updated(added[name], removed[name])
-                    for name, entries in published.entries.items()
-                },
-            )
-        self._published = published
+        published = _Published(
+            published.servers.updated(servers_now, servers_changed.keys() - servers_now.keys()),
+            published.bound.updated(bound, unbound),
+            published.nodes.updated(nodes_came, nodes_went),
+            {
+                name: entries.updated(added[name], removed[name])
+                for name, entries in published.entries.items()
+            },
+        )
         ipsets = {
             name: previous.ipsets[name]
-            if previous is not None and previous.ipsets[name].entries is published.entries[name]
+            if previous.ipsets[name].entries is published.entries[name]
             else IPSetContent(spec, published.entries[name])
             for name, spec in SPECS.items()
         }
-        emptied_or_filled = previous is None or any(
+        emptied_or_filled = any(
             bool(ipsets[name].entries) != bool(previous.ipsets[name].entries)
             for name in SPECS
             if added[name] or removed[name]
         )
         iptables = (
             build_iptables(self._settings, ipsets, self._blocked, node.pod_cidrs)
-            if previous is None or emptied_or_filled or self._blocked_changed
+            if emptied_or_filled or self._blocked_changed
             else previous.iptables
         )
+        desired = self._publish(published, ipsets, iptables, node)
+        return Translated(
+            desired,
+            DesiredChange(
+                virtual_servers=MappingProxyType(servers_changed),
+                added_entries=MappingProxyType({n: e for n, e in added.items() if e}),
+                removed_entries=MappingProxyType({n: e for n, e in removed.items() if e}),
+                bound=bound,
+                unbound=unbound,
+                iptables=iptables != previous.iptables,
+            ),
+        )
+
+    def _publish(
+        self,
+        published: _Published,
+        ipsets: dict[str, IPSetContent],
+        iptables: tuple[IptablesRuleset, ...],
+        node: NodeFacts,
+    ) -> DesiredState:
+        previous = self._desired
         desired = DesiredState(
             virtual_servers=published.servers,
             bound_addresses=published.bound,
@@ -420,18 +466,9 @@ class IncrementalTranslation:
             else previous.rejections,
         )
         self._rejections_changed = self._blocked_changed = self._health_checks_changed = False
+        self._published = published
         self._desired = desired
-        return Translated(
-            desired,
-            DesiredChange(
-                virtual_servers=MappingProxyType(servers_changed),
-                added_entries=MappingProxyType({n: e for n, e in added.items() if e}),
-                removed_entries=MappingProxyType({n: e for n, e in removed.items() if e}),
-                bound=bound,
-                unbound=unbound,
-                iptables=previous is None or iptables != previous.iptables,
-            ),
-        )
+        return desired
 
     def _rejections(self) -> tuple[Rejection, ...]:
         return (
