@@ -110,6 +110,9 @@ _PROXY_FLAGS = (
     click.option("--service-external-ip-range", metavar="CIDRS", multiple=True,
                  help="Accept externalIPs only inside these CIDRs (repeatable, or comma-"
                  "separated); others are ignored with a warning [default: any]."),
+    click.option("--service-node-port-range", metavar="LOW-HIGH",
+                 help="Serve nodePorts and healthCheckNodePorts only inside this range, as "
+                 "kube-apiserver's flag of that name allocates them [default: 30000-32767]."),
     click.option("--api-timeout", metavar="DURATION",
                  help="The longest a one-shot read of the cluster from the API server may "
                  "take, however slowly it answers [default: 60s]."),

@@ -21,9 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from ipvsproxy.bounded_load import LoadError, load_documents
+from ipvsproxy.cluster.validation import SUBDOMAIN_MAX, is_dns1123_subdomain
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
-from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
+from ipvsproxy.translate.settings import (
+    DEFAULT_NODE_PORT_RANGE,
+    KUBELET_PORT,
+    LocalDetectMode,
+    Settings,
+    parse_nodeport_addresses,
+    parse_port_range,
+)
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
 KIND = "KubeProxyConfiguration"
@@ -90,6 +98,7 @@ MASQUERADE_BIT_MAX = 31
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
 # Our flags beyond kube-proxy's: the file has no field for them, so they apply with --config.
 EXTERNAL_IP_RANGE_FLAG = "--service-external-ip-range"
+NODE_PORT_RANGE_FLAG = "--service-node-port-range"
 API_TIMEOUT_FLAG = "--api-timeout"
 DEFAULT_API_TIMEOUT = 60.0
 
@@ -153,6 +162,17 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(number + unit for number, unit in parts) != body:
         raise ValueError(text)
     return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as kube-proxy's bind-address flags take it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    host = host.removeprefix("[").removesuffix("]")
+    if host:
+        ipaddress.ip_address(host)
+    return host or "0.0.0.0", int(port)
 
 
 def _network(text: str) -> IPNetwork:
@@ -308,13 +328,55 @@ def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfi
             raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: not a duration") from None
         if timeout <= 0:
             raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+    node_port_range = DEFAULT_NODE_PORT_RANGE
+    range_text = flags.get(NODE_PORT_RANGE_FLAG)
+    if range_text is not None:
+        try:
+            node_port_range = parse_port_range(range_text)
+        except ValueError as error:
+            raise ConfigError(f"{NODE_PORT_RANGE_FLAG} {range_text!r}: {error}") from None
     settings = replace(
         config.settings,
         external_ip_ranges=parse_cidrs(
             ",".join([ranges] if isinstance(ranges, str) else ranges), EXTERNAL_IP_RANGE_FLAG
         ),
+        node_port_range=node_port_range,
     )
     return replace(config, settings=settings, api_timeout=timeout)
+
+
+def _node_name(values: Mapping[str, Any], origin: Mapping[str, str]) -> str:
+    """This node's name, as kube-proxy finds it: --hostname-override (or the file's), else
+    $NODE_NAME, else the host name; trimmed and lower-cased. It names the Node to read and
+    appears in plans and logs, so anything but a Node name (a newline, say) is refused."""
+    raw: str = values.get("hostnameOverride", "")
+    where = origin["hostnameOverride"]
+    if not raw:
+        raw, where = os.environ.get("NODE_NAME", ""), "$NODE_NAME"
+        if not raw.strip():
+            raw, where = socket.gethostname(), "the host name"
+    name = raw.strip().lower()
+    if not name:
+        raise ConfigError(f"{where} {raw!r}: an empty name is invalid")
+    if not is_dns1123_subdomain(name):
+        shown = repr(raw) if len(raw) <= SUBDOMAIN_MAX else f"{raw[:SUBDOMAIN_MAX]!r}..."
+        raise ConfigError(
+            f"{where} {shown}: not a node name (a DNS-1123 subdomain: at most "
+            f"{SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.')"
+        )
+    return name
+
+
+def _own_ports(values: Mapping[str, Any], origin: Mapping[str, str]) -> frozenset[int]:
+    """The ports this node serves itself, which no node port may take: the kubelet's, and
+    our health and metrics servers' (a bind address that is not HOST:PORT is refused)."""
+    ports = {KUBELET_PORT}
+    for path in ("healthzBindAddress", "metricsBindAddress"):
+        try:
+            ports.add(parse_bind_address(values[path])[1])
+        except ValueError as error:
+            raise ConfigError(f"{origin[path]}: {error}") from None
+    return frozenset(ports - {0})
 
 
 def _interface_for_mode(
@@ -396,12 +458,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
             f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
         )
-    raw_hostname = values.get("hostnameOverride", "")
-    hostname = raw_hostname.strip().lower()
-    if raw_hostname and not hostname:
-        raise ConfigError(
-            f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
-        )
+    hostname = _node_name(values, origin)
     kubeconfig = values.get("clientConnection.kubeconfig")
     nodeport_addresses, nodeport_primary = _nodeport_addresses(
         values.get("nodePortAddresses", []), origin["nodePortAddresses"]
@@ -418,12 +475,11 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
         strict_arp=bool(values.get("ipvs.strictARP", False)),
+        own_ports=_own_ports(values, origin),
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname
-        or os.environ.get("NODE_NAME", "").strip().lower()
-        or socket.gethostname().lower(),
+        hostname=hostname,
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],

@@ -73,6 +73,30 @@ def test_run_refuses_bad_flags_in_one_line_before_touching_anything(
     assert len(result.output.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sync", "--once", "--dry-run"],
+        ["show"],
+        ["run"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("node-a\nskipped Service x/y: forged", "'node-a\\nskipped Service x/y: forged'"),
+        ("node a", "'node a'"),
+    ],
+)
+def test_a_node_name_that_is_not_one_is_refused_at_the_door_by_every_command(
+    command: list[str], name: str, shown: str
+) -> None:
+    result = CliRunner().invoke(main, [*command, "--source", EXAMPLE, "--hostname-override", name])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"ipvsproxy: --hostname-override {shown}: not a node name")
+    assert len(result.output.splitlines()) == 1
+
+
 def test_dry_run_prints_the_example_plan_against_an_empty_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
