@@ -208,6 +208,9 @@ class ClusterSnapshot:
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
     node: Node | None = None
+    # Every Node's addresses (this one's too), each with its Node's name: a Service may not
+    # take one, or it would cut the cluster off from that node (or hand its ports to a pod).
+    nodes_by_address: Mapping[IPAddress, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """One sync of the daemon: full (the kernel read and repaired) or incremental (changed services).
 
 * full: on start, every sync period, after a sync that left something unapplied, when the
-  Node changed, and never for less: the kernel is read whole and every difference repaired;
+  Node changed or a Node's addresses did, and never for less: the kernel is read whole and
+  every difference repaired;
 * incremental: update the kept translation with the Services and EndpointSlices that changed
   since the last sync (as the source names them), and write only what that changed, against
   the state the last sync left (nothing is read): its cost follows the change, not the cluster;

@@ -266,6 +266,58 @@ def test_the_own_node_is_watched(
     assert [r.object for r in informer.snapshot()[1]] == ["Node node-a"]
 
 
+def node(name: str, *addresses: str, ready: str = "True") -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": a} for a in addresses],
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def test_every_nodes_addresses_are_watched_and_a_heartbeat_queues_nothing(
+    fake: FakeApiServer, api: ApiConnection, changes: Changes
+) -> None:
+    for obj in load_objects(EXAMPLE):
+        fake.apply(obj)
+    changed = _Counter()
+    informer = ClusterInformer(
+        api,
+        "node-a",
+        backoff=Backoff(0.05, 0.2),
+        on_change=changes.notify,
+        hooks=InformerHooks(changed=changed.update_one),
+    )
+    informer.start()
+    try:
+        assert informer.wait_for_sync(PATIENCE)
+
+        def by_address() -> dict[str, str]:
+            found = informer.snapshot()[0].nodes_by_address
+            return {str(address): name for address, name in found.items()}
+
+        assert by_address() == {"192.168.10.11": "node-a", "192.168.10.12": "node-b"}
+        fake.apply(node("node-c", "192.168.10.13"))
+        assert changes.wait_until(lambda: by_address().get("192.168.10.13") == "node-c")
+        before, reported = informer.snapshot()[0].nodes_by_address, changed["nodes"]
+
+        # A kubelet's status update that leaves the addresses as they were.
+        fake.apply(node("node-c", "192.168.10.13", ready="Unknown"))
+        assert changes.wait_until(
+            lambda: informer.nodes.resource_version == str(fake.resource_version)
+        )
+        assert changed["nodes"] == reported
+        assert informer.snapshot()[0].nodes_by_address is before
+
+        fake.delete("Node", "", "node-c")
+        assert changes.wait_until(lambda: "192.168.10.13" not in by_address())
+        assert changed["nodes"] == reported + 1
+    finally:
+        informer.stop()
+
+
 def test_stop_ends_every_thread(fake: FakeApiServer, api: ApiConnection) -> None:
     informer = ClusterInformer(api, "node-a", backoff=Backoff(0.05, 0.2))
     informer.start()
