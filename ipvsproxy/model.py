@@ -230,6 +230,10 @@ class SkipReason(enum.StrEnum):
     ADDRESS_CONFLICT = "address_conflict"
     UNUSABLE_ADDRESS = "unusable_address"
     EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+    # A service address that is a Node's own address.
+    NODE_ADDRESS = "node_address"
+    # A node port outside --service-node-port-range, or on a port the node serves itself.
+    NODE_PORT_NOT_ALLOWED = "node_port_not_allowed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -639,8 +643,8 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # The node's own addresses that carry our virtual servers (NodePorts, and external or
-    # load-balancer IPs the node already has); never bound on kube-ipvs0.
+    # The node's own addresses that carry our virtual servers (NodePorts); never bound on
+    # kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]

@@ -280,7 +280,8 @@ def test_a_health_check_node_port_counts_local_endpoints(
     balancer["spec"]["ports"][0]["nodePort"] = 30080
     for obj in (node(), balancer, endpoint_slice(0, endpoints=2)):
         fake.apply(obj)
-    running = start()
+    # A port the machine had free: beyond kube-apiserver's default node port range.
+    running = start(node_port_range=(1, 65535))
     assert running.daemon.synced.wait(PATIENCE)
     assert eventually(lambda: get(port, "/")[0] == 200)
     assert json.loads(get(port, "/")[1]) == {
