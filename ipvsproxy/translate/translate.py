@@ -88,8 +88,8 @@ class ServiceState:
     # services (its NodePort virtual servers, its health check), settled across services.
     node_ports: dict[NodePortKey, PortUse] = field(default_factory=dict)
     health_check: int | None = None
-    # The addresses checked against every Node's: they decide whether this share still holds
-    # once Nodes' addresses change.
+    # The addresses checked against every Node's (the user-written ones): they decide whether
+    # this share still holds once Nodes' addresses change.
     node_checked: set[IPAddress] = field(default_factory=set)
     rejections: list[Rejection] = field(default_factory=list)
 
@@ -129,6 +129,9 @@ _WRITTEN = {
 }
 
 
+_NO_OTHER_NODES: Mapping[IPAddress, str] = MappingProxyType({})
+
+
 def _not_a_node_address(
     address: IPAddress,
     what: str,
@@ -136,10 +139,12 @@ def _not_a_node_address(
     service: Service,
     state: ServiceState,
 ) -> bool:
-    """Never a Node's address, this node's or another's (CVE-2020-8554): a virtual server
-    there would hand this node's own ports (sshd, the kubelet) to the service's pods, and an
-    address bound on kube-ipvs0 would cut every node off from the node that has it."""
-    state.node_checked.add(address)
+    """Never this node's address, nor another Node's among ``nodes`` (CVE-2020-8554): a
+    virtual server there would hand this node's own ports (sshd, the kubelet) to the service's
+    pods, and an address bound on kube-ipvs0 would cut every node off from the node that has
+    it."""
+    if nodes[1]:
+        state.node_checked.add(address)
     owner = address_owner(address, *nodes)
     if owner is None:
         return True
@@ -260,7 +265,10 @@ def _service_state(
     cluster_ips = [
         ip
         for ip in _addresses(service.cluster_ips, "clusterIP", service, state, cache)
-        if _not_a_node_address(ip, "clusterIP", nodes, service, state)
+        # Checked against this node's addresses alone: the API server allocates cluster IPs,
+        # and a Node's status is its kubelet's to write; another node claiming one must not
+        # take a Service away from every node.
+        if _not_a_node_address(ip, "clusterIP", (node, _NO_OTHER_NODES), service, state)
     ]
     # kube-proxy runs one proxier per family and a service exists in a family's proxier
     # only through a cluster IP of that family: other addresses of other families are left.
