@@ -97,6 +97,14 @@ class _Counted(Generic[K]):
         return came, went
 
 
+def _drop_claim(claims: dict[K, dict[ObjectKey, Claim]], key: K, service: ObjectKey) -> None:
+    """The service's claim on ``key`` is withdrawn; a key nobody claims is forgotten."""
+    held = claims[key]
+    del held[service]
+    if not held:
+        del claims[key]
+
+
 @dataclass(frozen=True, slots=True)
 class _Share:
     """What one service brings, whichever virtual servers it wins."""
@@ -243,16 +251,10 @@ class IncrementalTranslation:
         for scope in share.state.no_local_endpoints:
             self._no_local[scope] -= 1
         for port_key in share.state.node_ports:
-            port_claims = self._port_claims[port_key]
-            del port_claims[key]
-            if not port_claims:
-                del self._port_claims[port_key]
+            _drop_claim(self._port_claims, port_key, key)
             ports.add(port_key)
         for vs_key in share.state.servers:
-            claims = self._claims[vs_key]
-            del claims[key]
-            if not claims:
-                del self._claims[vs_key]
+            _drop_claim(self._claims, vs_key, key)
             touched.add(vs_key)
 
     def _offer(
