@@ -9,9 +9,13 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
   an event that leaves the parsed object as it was (a Node's heartbeat, when only its name
   and addresses are kept) changes nothing and queues no sync;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
-* 410 Gone (the version fell out of the server's history) means list again;
+* 410 Gone (the version fell out of the server's history) means list again, after a backoff
+  of its own, the same doubling with jitter (a server that answers every watch with 410 must
+  not be listed in a loop: 283 Node lists in 19 s, and every proxy of a cluster does it);
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
-  a doubling backoff, then watch again from the same version.
+  a doubling backoff, then watch again from the same version;
+* a line of the stream that is no usable event (not JSON, nested too deep, the wrong shape,
+  over 16 MiB) is skipped with one log line, counted, and the stream read on.
 
 Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
 """
@@ -23,6 +27,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -33,6 +38,7 @@ from ipvsproxy.cluster.api import (
     PAGE_SIZE,
     SERVICES,
     EventType,
+    MalformedEvent,
     Resource,
     Selectors,
     WatchEvent,
@@ -60,6 +66,7 @@ from ipvsproxy.model import (
     Rejection,
     Service,
 )
+from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +113,8 @@ class InformerHooks:
     relisted: Callable[[str], None] = _ignore
     # A watch started again after its stream ended or failed.
     watch_restarted: Callable[[str], None] = _ignore
+    # A watch stream carried a line that is no usable event (skipped).
+    malformed_event: Callable[[str], None] = _ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +261,10 @@ class Reflector(Generic[T]):
         count = 0
         try:
             for event in events:
+                if isinstance(event, MalformedEvent):
+                    log.warning("%s; skipped it", event.reason)
+                    self._hooks.malformed_event(self.resource.plural.lower())
+                    continue
                 self._apply(event)
                 count += 1
         finally:
@@ -263,6 +276,10 @@ class Reflector(Generic[T]):
         """List, then watch, until ``stop`` is set (then call ``close``); never raises."""
         must_list = True
         delays = self._backoff.delays()
+        # Relists after 410 back off on their own: the first after an outage need not wait
+        # what the outage's failures piled up, but a server answering 410 to every watch is
+        # listed less and less often.
+        relist_delays = self._backoff.delays()
         watched = False
         while not stop.is_set():
             try:
@@ -274,6 +291,7 @@ class Reflector(Generic[T]):
                     must_list = False
                 if self.watch_once():
                     delays = self._backoff.delays()
+                    relist_delays = self._backoff.delays()
                     continue
                 # An empty stream, as client-go's "very short watch": do not hammer the server.
                 delay = next(delays)
@@ -281,11 +299,12 @@ class Reflector(Generic[T]):
                 if stop.is_set():
                     return
                 if error.status == _GONE and not must_list:
-                    log.info("%s; listing %s again", error, self.resource.plural)
+                    delay = next(relist_delays)
+                    log.info("%s; listing %s again in %.1f s", error, self.resource.plural, delay)
                     must_list = True
-                    continue
-                delay = next(delays)
-                log.warning("%s; retrying in %.1f s", error, delay)
+                else:
+                    delay = next(delays)
+                    log.warning("%s; retrying in %.1f s", error, delay)
             # A bug must not end the thread that keeps the proxy's view of the cluster.
             except Exception:
                 delay = next(delays)
@@ -343,6 +362,7 @@ class ClusterInformer:
 
     ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
+    The reflectors' threads are workers of ``workers``.
     """
 
     def __init__(
@@ -356,6 +376,7 @@ class ClusterInformer:
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
         hooks: InformerHooks = InformerHooks(),
+        workers: Supervisor | None = None,
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
@@ -399,26 +420,27 @@ class ClusterInformer:
         # What the snapshots take of the Nodes, made again only when they change.
         self._node_view: _NodeView | None = None
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._workers = workers or Supervisor()
+        self._running: list[Worker] = []
 
     def start(self) -> None:
-        for reflector in self._reflectors:
-            thread = threading.Thread(
-                target=reflector.run,
-                args=(self._stop,),
-                name=f"informer-{reflector.resource.plural}",
-                daemon=True,
+        self._running = [
+            self._workers.spawn(
+                f"informer-{reflector.resource.plural}",
+                partial(reflector.run, self._stop),
+                stop=self._stop.set,
             )
-            thread.start()
-            self._threads.append(thread)
+            for reflector in self._reflectors
+        ]
 
     def stop(self, timeout: float = 10.0) -> None:
+        for worker in self._running:
+            worker.request_stop()
         self._stop.set()
         for reflector in self._reflectors:
             reflector.close()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads.clear()
+        stop_all(self._running, timeout)
+        self._running.clear()
 
     def wait_for_sync(self, timeout: float) -> bool:
         """True once every resource has been listed, as kube-proxy waits before its first sync."""

@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -622,17 +623,20 @@ def parse_node_addresses(obj: Mapping[str, Any]) -> tuple[Node | None, list[Reje
     return Node(name=sys.intern(key.name), addresses=addresses, labels=_EMPTY), rejections
 
 
+def parse_node_as_seen_by(
+    obj: Mapping[str, Any], own: str | None
+) -> tuple[Node | None, list[Rejection]]:
+    """The Node: whole if it is the one called ``own`` (this node's), else slim."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return parse_node(obj) if name == own else parse_node_addresses(obj)
+
+
 def node_parser(
     own: str | None,
 ) -> Callable[[Mapping[str, Any]], tuple[Node | None, list[Rejection]]]:
-    """Parse the Node called ``own`` whole (this node's), every other one slim."""
-
-    def parse(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
-        metadata = obj.get("metadata")
-        name = metadata.get("name") if isinstance(metadata, Mapping) else None
-        return parse_node(obj) if name == own else parse_node_addresses(obj)
-
-    return parse
+    """``parse_node_as_seen_by`` for the node called ``own``."""
+    return partial(parse_node_as_seen_by, own=own)
 
 
 def index_node_addresses(nodes: Iterable[Node]) -> Mapping[IPAddress, str]:
@@ -642,6 +646,25 @@ def index_node_addresses(nodes: Iterable[Node]) -> Mapping[IPAddress, str]:
         for text in node.addresses:
             found.setdefault(ipaddress.ip_address(text), node.name)
     return MappingProxyType(found)
+
+
+ParsedObject = Service | EndpointSlice | Node
+
+
+def parse_object(obj: Any, node_name: str | None) -> tuple[ParsedObject | None, list[Rejection]]:
+    """One manifest object as a snapshot keeps it, with its problems: Services,
+    EndpointSlices and Nodes (the one called ``node_name`` whole, the others slim); other
+    kinds give None."""
+    if not isinstance(obj, Mapping):
+        return None, [Rejection("object (unnamed)", "not an object")]
+    kind = obj.get("kind")
+    if kind == "Service":
+        return parse_service(obj)
+    if kind == "EndpointSlice":
+        return parse_endpoint_slice(obj)
+    if kind == "Node":
+        return parse_node_as_seen_by(obj, node_name)
+    return None, []
 
 
 class SnapshotBuilder:
@@ -656,29 +679,17 @@ class SnapshotBuilder:
         self._node_name = node_name
         self._services: dict[ObjectKey, Service] = {}
         self._slices: dict[ObjectKey, EndpointSlice] = {}
-        self._parse_node = node_parser(node_name)
         self._nodes: dict[str, Node] = {}
 
     def add(self, obj: Any) -> list[Rejection]:
-        if not isinstance(obj, Mapping):
-            return [Rejection("object (unnamed)", "not an object")]
-        kind = obj.get("kind")
-        if kind == "Service":
-            service, problems = parse_service(obj)
-            if service is not None:
-                self._services[service.key] = service
-            return problems
-        if kind == "EndpointSlice":
-            endpoint_slice, problems = parse_endpoint_slice(obj)
-            if endpoint_slice is not None:
-                self._slices[endpoint_slice.key] = endpoint_slice
-            return problems
-        if kind == "Node":
-            parsed, problems = self._parse_node(obj)
-            if parsed is not None:
-                self._nodes[parsed.name] = parsed
-            return problems
-        return []
+        parsed, problems = parse_object(obj, self._node_name)
+        if isinstance(parsed, Service):
+            self._services[parsed.key] = parsed
+        elif isinstance(parsed, EndpointSlice):
+            self._slices[parsed.key] = parsed
+        elif parsed is not None:
+            self._nodes[parsed.name] = parsed
+        return problems
 
     def forget_nodes(self) -> None:
         """The Nodes added so far are void (a list of them starts again)."""

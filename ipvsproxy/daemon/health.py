@@ -4,6 +4,8 @@
   at least once, the proxy is unhealthy while the oldest update still queued is older than the
   health timeout (kube-proxy uses twice the sync period): the loop is stuck or failing. Until
   its first sync it is healthy, as kube-proxy is while starting up.
+* Both are 503 while a worker thread of the daemon cannot run (it keeps failing, or ended):
+  the kubelet's liveness probe then restarts the pod, which a thread's restart could not fix.
 * /healthz is also 503 while the Node is being deleted or carries the cluster autoscaler's
   ToBeDeletedByClusterAutoscaler taint, so load balancers drain the node first; /livez is not.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 
 from ipvsproxy.daemon.http import Response
@@ -37,9 +39,15 @@ def _go_time(timestamp: float) -> str:
 class ProxierHealth:
     """Thread-safe: the sync loop reports, the HTTP threads ask."""
 
-    def __init__(self, timeout: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        clock: Callable[[], float] = time.time,
+        failing: Callable[[], Collection[str]] = tuple,
+    ) -> None:
         self._timeout = timeout
         self._clock = clock
+        self._failing = failing
         self._lock = threading.Lock()
         self._last_updated: float | None = None
         self._oldest_queued: float | None = None
@@ -62,10 +70,13 @@ class ProxierHealth:
     def _state(self) -> tuple[bool, float, float, bool]:
         """(healthy, lastUpdated, currentTime, nodeEligible) as kube-proxy reports them: while
         healthy, lastUpdated is the current time (what older releases meant by it)."""
+        failing = bool(self._failing())
         with self._lock:
             now = self._clock()
             last, queued = self._last_updated, self._oldest_queued
-            healthy = last is None or queued is None or now - queued < self._timeout
+            healthy = not failing and (
+                last is None or queued is None or now - queued < self._timeout
+            )
             return healthy, now if healthy else (last or 0.0), now, self._node_eligible
 
     def healthz(self) -> Response:

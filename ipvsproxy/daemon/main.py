@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import resource
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -14,6 +16,7 @@ from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, parse_bind_address, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.http import HttpLimits
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel
@@ -46,7 +49,22 @@ def _read_ipvs_counters() -> IPVSTable:
         return ipvs.dump(real_servers=False)
 
 
-def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions:
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard one, as Go's runtime does at start (so
+    kube-proxy runs with it): systemd's soft 1024 is far below what a busy node needs. The
+    soft limit in force after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as error:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, error)
+            return soft
+    # Linux has no unlimited NOFILE in practice (nr_open caps it), but say what it would mean.
+    return sys.maxsize if hard == resource.RLIM_INFINITY else hard
+
+
+def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int) -> DaemonOptions:
     return DaemonOptions(
         sync_period=config.sync_period,
         min_sync_period=config.min_sync_period,
@@ -54,6 +72,7 @@ def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions
         metrics=_address(config.metrics_bind_address, "--metrics-bind-address"),
         traffic=_read_ipvs_counters if traffic_metrics else None,
         reconciler=reconciler_settings(config),
+        http=HttpLimits.for_open_files(open_files),
     )
 
 
@@ -77,7 +96,9 @@ def serve_daemon(
     configure(config.logging_format, verbosity)
     for warning in warnings:
         log.warning(warning)
-    options = options_from(config, traffic_metrics=traffic_metrics)
+    options = options_from(
+        config, traffic_metrics=traffic_metrics, open_files=raise_open_files_limit()
+    )
     stop = threading.Event()
     stop_on_signals(stop)
     with ExitStack() as stack:
@@ -94,7 +115,13 @@ def serve_daemon(
             raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
         source: ClusterSource
         if source_path is not None:
-            source = FileSource(source_path, config.hostname, on_change=daemon.changed)
+            source = FileSource(
+                source_path,
+                config.hostname,
+                on_change=daemon.changed,
+                max_file_size=config.source_max_file_size,
+                workers=daemon.workers,
+            )
         else:
             try:
                 api = connect(config.kubeconfig, config.master or None)
@@ -105,6 +132,7 @@ def serve_daemon(
                 config.hostname,
                 service_proxy_name=config.settings.service_proxy_name,
                 hooks=daemon.informer_hooks(),
+                workers=daemon.workers,
             )
             source = ApiSource(informer)
         log.info(

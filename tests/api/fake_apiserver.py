@@ -13,7 +13,9 @@ It keeps the parts of the API's list/watch contract that a proxy relies on:
 
 Tests drive it through hooks: ``apply``/``delete`` objects, ``fail_next`` requests with a status,
 ``expire_continue_tokens``, ``compact`` the watch history, ``bookmark``, ``stall``/``resume``,
-``drop_connections`` and ``restart`` on the same port.
+``drop_connections`` and ``restart`` on the same port. Some send what a real API server never
+would, for the client's defences: ``answer_watches_with_gone``, ``send_raw`` lines on watches,
+``chunk_watch_events`` into small HTTP chunks.
 """
 
 from __future__ import annotations
@@ -102,6 +104,12 @@ class _State:
     trickle: float = 0.0
     # Bumped to end every open watch stream abruptly.
     drops: int = 0
+    # Every watch answered with 410 Gone, whatever its resourceVersion.
+    gone_watches: bool = False
+    # (kind name, line): sent as they are on the watches of that kind open when added.
+    raw_lines: list[tuple[str, bytes]] = field(default_factory=list)
+    # Bytes per HTTP chunk of a watch event; 0 sends each event in one chunk.
+    chunk_size: int = 0
 
 
 @dataclass(slots=True)
@@ -111,6 +119,7 @@ class _Cursor:
     position: int
     bookmarks: int
     drops: int
+    raw_lines: int
 
     def has_news(self, state: _State) -> bool:
         if state.drops != self.drops:
@@ -118,8 +127,10 @@ class _Cursor:
         if state.stalled:
             return False
         # Events are kept in resourceVersion order: the newest says whether any is news.
-        return state.bookmarks != self.bookmarks or (
-            bool(state.events) and state.events[-1].resource_version > self.position
+        return (
+            state.bookmarks != self.bookmarks
+            or len(state.raw_lines) != self.raw_lines
+            or (bool(state.events) and state.events[-1].resource_version > self.position)
         )
 
 
@@ -328,6 +339,22 @@ class FakeApiServer:
         with self._state.changed:
             self._state.trickle = interval
 
+    def answer_watches_with_gone(self) -> None:
+        """Answer every watch from now on with an ERROR event carrying 410 Gone."""
+        with self._state.changed:
+            self._state.gone_watches = True
+
+    def send_raw(self, kind: str, line: bytes) -> None:
+        """Send ``line`` as it is (a newline added) on every open watch of ``kind``."""
+        with self._state.changed:
+            self._state.raw_lines.append((kind, line + b"\n"))
+            self._state.changed.notify_all()
+
+    def chunk_watch_events(self, size: int) -> None:
+        """Send each watch event from now on in HTTP chunks of ``size`` bytes."""
+        with self._state.changed:
+            self._state.chunk_size = size
+
     def resume(self) -> None:
         with self._state.changed:
             self._state.stalled = False
@@ -523,7 +550,10 @@ class _Handler(BaseHTTPRequestHandler):
             for event in self._events(
                 selected, query.get("resourceVersion", ""), bookmarks, timeout
             ):
-                self._send_chunk(json.dumps(event).encode() + b"\n")
+                line = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
+                size = self.state.chunk_size or len(line)
+                for start in range(0, len(line), size):
+                    self._send_chunk(line[start : start + size])
             self._send_chunk(b"")
         except OSError:
             self.close_connection = True
@@ -534,11 +564,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(
         self, selected: _Query, since: str, bookmarks: bool, timeout: float
-    ) -> Iterator[JsonObject]:
-        """Events after ``since`` until the timeout, a drop (which raises) or a 410."""
+    ) -> Iterator[JsonObject | bytes]:
+        """Events after ``since`` (and raw lines) until the timeout, a drop (which raises) or a
+        410."""
         state = self.state
         with state.changed:
-            cursor = _Cursor(0, state.bookmarks, state.drops)
+            cursor = _Cursor(0, state.bookmarks, state.drops, len(state.raw_lines))
+            if state.gone_watches:
+                message = f"too old resource version: {since} (answering every watch so)"
+                yield {"type": "ERROR", "object": status_body(410, "Expired", message)}
+                return
             if since in ("", "0"):
                 cursor.position = state.resource_version
                 initial = [copy.deepcopy(o) for o in state.objects.values() if selected.selects(o)]
@@ -571,6 +606,12 @@ class _Handler(BaseHTTPRequestHandler):
                         state.events, cursor.position, key=lambda e: e.resource_version
                     )
                     pending = state.events[first:]
+                    raw = [
+                        line
+                        for kind, line in state.raw_lines[cursor.raw_lines :]
+                        if kind == selected.kind.name
+                    ]
+                    cursor.raw_lines = len(state.raw_lines)
                     bookmark_due = state.bookmarks != cursor.bookmarks
                     cursor.bookmarks = state.bookmarks
                     current = state.resource_version
@@ -578,6 +619,7 @@ class _Handler(BaseHTTPRequestHandler):
                     cursor.position = event.resource_version
                     if selected.selects(event.object):
                         yield {"type": event.type, "object": copy.deepcopy(event.object)}
+                yield from raw
                 if bookmarks and bookmark_due:
                     cursor.position = max(cursor.position, current)
                     marker = {

@@ -99,6 +99,7 @@ def start(fake: FakeApiServer, api: ApiConnection) -> Iterator[Callable[..., Run
             watch_timeout=5,
             backoff=Backoff(0.05, 0.2),
             hooks=daemon.informer_hooks(),
+            workers=daemon.workers,
         )
         daemon.serve()
         healthz, metrics = daemon.ports
