@@ -149,10 +149,18 @@ def _resolve(ctx: click.Context) -> Resolved:
         _fail(str(error))
 
 
+def _require_node_name(config: ProxyConfig) -> None:
+    """Exit 2 in one line when the node's name, needed now, is the host name and no node name
+    (a command that reads no cluster never needs it)."""
+    if config.hostname_problem:
+        _fail(config.hostname_problem)
+
+
 def _snapshot(
     source: Path | None, config: ProxyConfig, allow_empty: bool
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
+    _require_node_name(config)
     if source is not None:
         try:
             return load_snapshot(
@@ -380,6 +388,7 @@ def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: objec
     from ipvsproxy.daemon.main import DaemonError, serve_daemon  # noqa: PLC0415
 
     resolved = _resolve(ctx)
+    _require_node_name(resolved.config)
     try:
         serve_daemon(
             resolved.config,

@@ -166,6 +166,9 @@ class ProxyConfig:
 
     settings: Settings
     hostname: str
+    # Why the host name, taken for want of --hostname-override and $NODE_NAME, is no node
+    # name: a command that reads the cluster refuses it; one that does not never needs it.
+    hostname_problem: str = ""
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
@@ -420,26 +423,36 @@ def _source_max_file_size(text: str | None) -> int:
     return size
 
 
-def _node_name(values: Mapping[str, Any], origin: Mapping[str, str]) -> str:
+def _node_name(values: Mapping[str, Any], origin: Mapping[str, str]) -> tuple[str, str]:
     """This node's name, as kube-proxy finds it: --hostname-override (or the file's), else
     $NODE_NAME, else the host name; trimmed and lower-cased. It names the Node to read and
-    appears in plans and logs, so anything but a Node name (a newline, say) is refused."""
+    appears in plans and logs, so anything but a Node name (a newline, say) is refused: at
+    once when given, or, for the host name, as ``hostname_problem`` (second)."""
     raw: str = values.get("hostnameOverride", "")
     where = origin["hostnameOverride"]
     if not raw:
-        raw, where = os.environ.get("NODE_NAME", ""), "$NODE_NAME"
-        if not raw.strip():
-            raw, where = socket.gethostname(), "the host name"
+        raw = os.environ.get("NODE_NAME", "")
+        raw, where = (raw, "$NODE_NAME") if raw.strip() else ("", "")
+    if raw:
+        problem = _node_name_problem(raw, where)
+        if problem:
+            raise ConfigError(problem)
+        return raw.strip().lower(), ""
+    host = socket.gethostname()
+    return host.strip().lower(), _node_name_problem(host, "the host name")
+
+
+def _node_name_problem(raw: str, where: str) -> str:
     name = raw.strip().lower()
     if not name:
-        raise ConfigError(f"{where} {raw!r}: an empty name is invalid")
-    if not is_dns1123_subdomain(name):
-        shown = repr(raw) if len(raw) <= SUBDOMAIN_MAX else f"{raw[:SUBDOMAIN_MAX]!r}..."
-        raise ConfigError(
-            f"{where} {shown}: not a node name (a DNS-1123 subdomain: at most "
-            f"{SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.')"
-        )
-    return name
+        return f"{where} {raw!r}: an empty name is invalid"
+    if is_dns1123_subdomain(name):
+        return ""
+    shown = repr(raw) if len(raw) <= SUBDOMAIN_MAX else f"{raw[:SUBDOMAIN_MAX]!r}..."
+    return (
+        f"{where} {shown}: not a node name (a DNS-1123 subdomain: at most "
+        f"{SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.')"
+    )
 
 
 def _own_ports(values: Mapping[str, Any], origin: Mapping[str, str]) -> frozenset[int]:
@@ -532,7 +545,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
             f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
         )
-    hostname = _node_name(values, origin)
+    hostname, hostname_problem = _node_name(values, origin)
     kubeconfig = values.get("clientConnection.kubeconfig")
     nodeport_addresses, nodeport_primary = _nodeport_addresses(
         values.get("nodePortAddresses", []), origin["nodePortAddresses"]
@@ -554,6 +567,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     return ProxyConfig(
         settings=settings,
         hostname=hostname,
+        hostname_problem=hostname_problem,
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],
