@@ -99,9 +99,18 @@ def bench(session: nox.Session) -> None:
     parser = argparse.ArgumentParser(prog="nox -s bench --")
     parser.add_argument("--sizes", default="1000,5000,10000")
     parser.add_argument("--changes", default="100", help="daemon changes of each kind per size")
+    parser.add_argument(
+        "--peer",
+        choices=("kube-proxy",),
+        help="measure ipvsproxy beside the real kube-proxy instead (bench.peer)",
+    )
+    parser.add_argument("--runs", default="3", help="with --peer: runs of each proxy per size")
     args = parser.parse_args(session.posargs)
     _install(session, "bench")
     out = Path("bench-results")
+    if args.peer:
+        _bench_peer(session, args.sizes, args.changes, args.runs, out)
+        return
     manifests = out / "manifests"
     host_load = [_uptime()]
     session.run("python", "-m", "bench.cluster", "--sizes", args.sizes, "--out", str(manifests))
@@ -132,6 +141,25 @@ def bench(session: nox.Session) -> None:
         # the lab's test helper, so the repository is importable.
         lab_dump = ("python", "-m", "tests.lab", "--run", "python", "bench/ipvs_dump.py")
         session.run(*lab_dump, stdout=batch, env={"PYTHONPATH": str(Path.cwd())})
+
+
+def _bench_peer(session: nox.Session, sizes: str, changes: str, runs: str, out: Path) -> None:
+    """ipvsproxy and kube-proxy on one lab boot's real API server, one after the other."""
+    env = _controlplane(session)
+    out.mkdir(exist_ok=True)
+    peer = out / "peer.json"
+    host_load = [_uptime()]
+    session.run(
+        "python", "-m", "tests.lab", "--run", "python", "-m", "bench.peer", "--out", str(peer),
+        "--sizes", sizes, "--changes", changes, "--runs", runs,
+        env={**env, "IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM", "3G")},
+    )  # fmt: skip
+    host_load.append(_uptime())
+    session.run(
+        "python", "-m", "bench.report", "--peer", str(peer),
+        "--host-load", " then ".join(host_load), "--out", str(out),
+    )  # fmt: skip
+    session.log((out / "report.md").read_text())
 
 
 def _uptime() -> str:

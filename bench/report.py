@@ -1,14 +1,17 @@
 """Turn the benchmark's raw figures into bench-results/report.{json,md} and latency.png.
 
-``python -m bench.report --lab LAB.json --control CONTROL.json --host-load "..." --out DIR``.
-The JSON keeps the field names other tools read (one object per size under "sizes", keyed by
-the service count as a string); figures not measured are null, with the reason in "notes".
+``python -m bench.report --lab LAB.json --control CONTROL.json --host-load "..." --out DIR``,
+or ``--peer PEER.json`` (``bench.peer``'s runs: ipvsproxy beside kube-proxy) instead of the
+lab and control figures. The JSON keeps the field names other tools read (one object per size
+under "sizes", keyed by the service count as a string); figures not measured are null, with
+the reason in "notes".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -271,6 +274,187 @@ def plot(report: dict[str, Any], path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
+# -- ipvsproxy beside kube-proxy (bench.peer) ---------------------------------------------------
+
+PEER_FIELDS = (
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "first_sync_s",
+    "full_sync_s",
+    "cpu_s_per_100_changes",
+    "peak_rss_mb",
+)
+# The prefix of each proxy's fields in a size's object: ours bare, kube-proxy's beside them.
+PEER_PREFIXES = {"ipvsproxy": "", "kube_proxy": "kube_proxy_"}
+# What "ahead" means for each field: lower is better for all; RSS only needs to be no higher.
+PEER_GOALS = {
+    "latency_p99_ms": "below",
+    "first_sync_s": "below",
+    "full_sync_s": "below",
+    "peak_rss_mb": "at most",
+}
+
+
+def _pooled(runs: list[dict[str, Any]], kind: str | None) -> list[float]:
+    return [
+        sample
+        for run in runs
+        for name, samples in run["latency_samples_ms"].items()
+        if kind is None or name == kind
+        for sample in samples
+    ]
+
+
+def _percentiles(samples: list[float]) -> dict[str, float | None]:
+    if len(samples) < 2:
+        value = samples[0] if samples else None
+        return {"p50_ms": value, "p99_ms": value}
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {"p50_ms": cuts[49], "p99_ms": cuts[98]}
+
+
+def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """Per field: the median of the runs, with ``_min`` and ``_max``; the pooled latency."""
+    measured = [run for run in runs if "failure" not in run]
+    figures: dict[str, Any] = {f"{prefix}runs": len(measured)}
+    for field in PEER_FIELDS:
+        values = [run[field] for run in measured if run.get(field) is not None]
+        figures[f"{prefix}{field}"] = statistics.median(values) if values else None
+        figures[f"{prefix}{field}_min"] = min(values) if values else None
+        figures[f"{prefix}{field}_max"] = max(values) if values else None
+    pooled = _percentiles(_pooled(measured, None))
+    figures[f"{prefix}latency_p50_ms_pooled"] = pooled["p50_ms"]
+    figures[f"{prefix}latency_p99_ms_pooled"] = pooled["p99_ms"]
+    figures[f"{prefix}latency_by_change_pooled"] = {
+        kind: _percentiles(_pooled(measured, kind))
+        for kind in (measured[0]["latency_samples_ms"] if measured else {})
+    }
+    figures[f"{prefix}latency_changes"] = sum(run["latency_changes"] for run in measured)
+    figures[f"{prefix}latency_lost_changes"] = sum(run["latency_lost_changes"] for run in measured)
+    figures[f"{prefix}failures"] = [run["failure"] for run in runs if "failure" in run]
+    return figures
+
+
+def build_peer_report(peer: dict[str, Any], host_load: str, commit: str) -> dict[str, Any]:
+    sizes: dict[str, Any] = {}
+    for size, measured in peer["sizes"].items():
+        figures: dict[str, Any] = {"create_s": measured.get("create_s")}
+        for proxy, prefix in PEER_PREFIXES.items():
+            figures |= proxy_figures(measured["runs"][proxy], prefix)
+        sizes[size] = figures | {"runs": measured["runs"]}
+    return {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit,
+        "host_load": host_load,
+        "lab_load": peer.get("lab_loadavg"),
+        "settings": peer["settings"],
+        "sizes": sizes,
+        "notes": [
+            "each figure: the median of the runs, with _min and _max; the runs of each proxy "
+            "alternate in order, each in a fresh network namespace of one lab boot",
+            "latency: from the first API write (Service added, EndpointSlice changed, Service "
+            "deleted, one at a time) to IPVS holding the change; *_pooled: over every run's "
+            "changes; the runs keep the raw samples",
+            "cpu_s_per_100_changes: the process's CPU and its waited-for children's over the "
+            "changes, the periodic full syncs that fell among them included",
+        ],
+    }
+
+
+def _span(figures: dict[str, Any], name: str) -> str:
+    median = figures.get(name)
+    if median is None:
+        return "—"
+    low, high = figures.get(f"{name}_min"), figures.get(f"{name}_max")
+    return f"{_format(median)} ({_format(low)} to {_format(high)})"
+
+
+def _verdict(ours: float | None, theirs: float | None, goal: str | None) -> str:
+    if ours is None or theirs is None or not theirs:
+        return "not measured"
+    ratio = f"{ours / theirs:.2f}x"
+    if goal is None:
+        return ratio
+    ahead = ours < theirs if goal == "below" else ours <= theirs
+    return f"{ratio}, {'ahead' if ahead else 'behind'}"
+
+
+def peer_markdown(report: dict[str, Any]) -> str:
+    settings = report["settings"]
+    lines = [
+        "# ipvsproxy beside kube-proxy",
+        "",
+        f"Generated {report['generated']} at commit {report['commit']}, in one User-Mode Linux",
+        "boot with a real etcd and kube-apiserver. Host load (uptime) while it ran: "
+        f"{report['host_load']}; lab load at the end: {' '.join(report['lab_load'] or [])}.",
+        "",
+        "Settings: ipvsproxy "
+        + ", ".join(f"{k} {v}" for k, v in settings["ipvsproxy"].items())
+        + "; kube-proxy "
+        + ", ".join(f"{k} {v}" for k, v in settings["kube_proxy"].items())
+        + ".",
+        "",
+    ]
+    for size, figures in report["sizes"].items():
+        lines += [
+            f"## {size} services x 10 endpoints ({figures['runs']} runs of ipvsproxy, "
+            f"{figures['kube_proxy_runs']} of kube-proxy)",
+            "",
+            "| figure: median (min to max) | ipvsproxy | kube-proxy | ipvsproxy / kube-proxy |",
+            "| --- | --- | --- | --- |",
+        ]
+        for field in PEER_FIELDS:
+            theirs = f"kube_proxy_{field}"
+            verdict = _verdict(figures[field], figures[theirs], PEER_GOALS.get(field))
+            lines.append(
+                f"| {field} | {_span(figures, field)} | {_span(figures, theirs)} | {verdict} |"
+            )
+        for name in ("latency_p50_ms_pooled", "latency_p99_ms_pooled"):
+            ours, theirs = figures[name], figures[f"kube_proxy_{name}"]
+            lines.append(
+                f"| {name} | {_format(ours)} | {_format(theirs)} | {_verdict(ours, theirs, None)} |"
+            )
+        for kind, ours in figures["latency_by_change_pooled"].items():
+            theirs = figures["kube_proxy_latency_by_change_pooled"].get(kind, {})
+            lines.append(
+                f"| {kind} p50 / p99, ms (pooled) | {_pair(ours['p50_ms'], ours['p99_ms'])} "
+                f"| {_pair(theirs.get('p50_ms'), theirs.get('p99_ms'))} | |"
+            )
+        lines.append(
+            f"| changes measured (lost) | {figures['latency_changes']} "
+            f"({figures['latency_lost_changes']}) | {figures['kube_proxy_latency_changes']} "
+            f"({figures['kube_proxy_latency_lost_changes']}) | |"
+        )
+        failures = figures["failures"] + figures["kube_proxy_failures"]
+        lines += ["", *(f"- failed run: {failure[:300]}" for failure in failures), ""]
+    lines += ["## Notes", "", *(f"- {note}" for note in report["notes"]), ""]
+    lines += ["Plot: latency.png. Raw figures and samples: report.json.", ""]
+    return "\n".join(lines)
+
+
+def peer_plot(report: dict[str, Any], path: Path) -> None:
+    """Per size, each proxy's one-change latencies as a distribution (every run pooled)."""
+    sizes = list(report["sizes"])
+    figure = Figure(figsize=(6 * len(sizes), 4.5))
+    axes = figure.subplots(1, len(sizes), squeeze=False)[0]
+    for axis, size in zip(axes, sizes, strict=True):
+        for proxy in PEER_PREFIXES:
+            runs = [r for r in report["sizes"][size]["runs"][proxy] if "failure" not in r]
+            samples = sorted(_pooled(runs, None))
+            if samples:
+                shares = [(n + 1) / len(samples) for n in range(len(samples))]
+                axis.step(samples, shares, where="post", label=proxy.replace("_", "-"))
+        axis.set(
+            title=f"one-change latency, {size} services",
+            xlabel="ms (API write to IPVS)",
+            ylabel="share of changes",
+            xscale="log",
+        )
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
 def _commit() -> str:
     done = subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
@@ -280,21 +464,29 @@ def _commit() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--lab", type=Path, required=True)
-    parser.add_argument("--control", type=Path, required=True)
+    parser.add_argument("--lab", type=Path)
+    parser.add_argument("--control", type=Path)
+    parser.add_argument("--peer", type=Path, help="bench.peer's output, instead of the others")
     parser.add_argument("--host-load", default="")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    report = build_report(
-        json.loads(args.lab.read_text()),
-        json.loads(args.control.read_text()),
-        args.host_load,
-        _commit(),
-    )
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.peer is not None:
+        report = build_peer_report(json.loads(args.peer.read_text()), args.host_load, _commit())
+        text, draw = peer_markdown(report), peer_plot
+    elif args.lab is not None and args.control is not None:
+        report = build_report(
+            json.loads(args.lab.read_text()),
+            json.loads(args.control.read_text()),
+            args.host_load,
+            _commit(),
+        )
+        text, draw = markdown(report), plot
+    else:
+        parser.error("give --peer, or --lab and --control")
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "report.md").write_text(markdown(report))
-    plot(report, args.out / "latency.png")
+    (args.out / "report.md").write_text(text)
+    draw(report, args.out / "latency.png")
 
 
 if __name__ == "__main__":
