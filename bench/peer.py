@@ -317,11 +317,12 @@ class Proxy:
         return [float(s) for s in FULL_SYNC_LINE.findall(self.log_path.read_text(errors="replace"))]
 
 
-def cpu_seconds(pid: int) -> float:
-    """The process's user and system CPU, with that of the children it has waited for."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """The process's user and system CPU, and that of the children it has waited for."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
-    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (utime + stime) / tick, (cutime + cstime) / tick
 
 
 def _full_sync(proxy: Proxy) -> float:
@@ -365,7 +366,8 @@ def measure_proxy(
             cpu_before, churn_started = cpu_seconds(proxy.pid), time.perf_counter()
             for number in range(changes):
                 churn.round(number)
-            cpu = cpu_seconds(proxy.pid) - cpu_before
+            own, children = (b - a for a, b in zip(cpu_before, cpu_seconds(proxy.pid), strict=True))
+            cpu = own + children
             churn_s = time.perf_counter() - churn_started
         proxy.check_alive()
         samples = {kind: [s * 1000 for s in values] for kind, values in churn.latencies.items()}
@@ -383,6 +385,7 @@ def measure_proxy(
             "latency_lost_changes": churn.lost,
             "churn_s": churn_s,
             "cpu_s_per_100_changes": cpu * 100 / made if made else None,
+            "cpu_children_share": children / cpu if cpu else None,
             "peak_rss_mb": _peak_rss_mb(proxy.pid),
         }
     finally:

@@ -316,7 +316,7 @@ def _percentiles(samples: list[float]) -> dict[str, float | None]:
 def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     """Per field: the median of the runs, with ``_min`` and ``_max``; the pooled latency."""
     measured = [run for run in runs if "failure" not in run]
-    figures: dict[str, Any] = {f"{prefix}runs": len(measured)}
+    figures: dict[str, Any] = {f"{prefix}runs_measured": len(measured)}
     for field in PEER_FIELDS:
         values = [run[field] for run in measured if run.get(field) is not None]
         figures[f"{prefix}{field}"] = statistics.median(values) if values else None
@@ -331,6 +331,8 @@ def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     }
     figures[f"{prefix}latency_changes"] = sum(run["latency_changes"] for run in measured)
     figures[f"{prefix}latency_lost_changes"] = sum(run["latency_lost_changes"] for run in measured)
+    children = [run["cpu_children_share"] for run in measured if "cpu_children_share" in run]
+    figures[f"{prefix}cpu_children_share"] = statistics.median(children) if children else None
     figures[f"{prefix}failures"] = [run["failure"] for run in runs if "failure" in run]
     return figures
 
@@ -397,8 +399,8 @@ def peer_markdown(report: dict[str, Any]) -> str:
     ]
     for size, figures in report["sizes"].items():
         lines += [
-            f"## {size} services x 10 endpoints ({figures['runs']} runs of ipvsproxy, "
-            f"{figures['kube_proxy_runs']} of kube-proxy)",
+            f"## {size} services x 10 endpoints ({figures['runs_measured']} runs of ipvsproxy, "
+            f"{figures['kube_proxy_runs_measured']} of kube-proxy)",
             "",
             "| figure: median (min to max) | ipvsproxy | kube-proxy | ipvsproxy / kube-proxy |",
             "| --- | --- | --- | --- |",
@@ -420,6 +422,10 @@ def peer_markdown(report: dict[str, Any]) -> str:
                 f"| {kind} p50 / p99, ms (pooled) | {_pair(ours['p50_ms'], ours['p99_ms'])} "
                 f"| {_pair(theirs.get('p50_ms'), theirs.get('p99_ms'))} | |"
             )
+        lines.append(
+            f"| share of that CPU in child processes | {_format(figures['cpu_children_share'])} "
+            f"| {_format(figures['kube_proxy_cpu_children_share'])} | |"
+        )
         lines.append(
             f"| changes measured (lost) | {figures['latency_changes']} "
             f"({figures['latency_lost_changes']}) | {figures['kube_proxy_latency_changes']} "
