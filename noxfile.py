@@ -93,8 +93,9 @@ def e2e(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The scale benchmark: bench-results/report.md, report.json and latency.png (git-ignored).
 
-    ``nox -s bench -- --sizes 1000,5000,10000 --changes 100``. Never pass/fail, never run by
-    default: the big sizes take many minutes in the lab.
+    ``nox -s bench -- --sizes 1000,5000,10000 --changes 100``; with ``--peer kube-proxy
+    --runs 3``, ipvsproxy beside the real kube-proxy instead (``bench.peer``). Never pass/fail,
+    never run by default: the big sizes take many minutes in the lab.
     """
     parser = argparse.ArgumentParser(prog="nox -s bench --")
     parser.add_argument("--sizes", default="1000,5000,10000")
