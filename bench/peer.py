@@ -257,6 +257,10 @@ def node_namespace(name: str) -> Iterator[None]:
                 except (OSError, RuntimeError, subprocess.SubprocessError) as error:
                     log(f"{name}: emptying the kernel: {error}")
     finally:
+        # The pair goes at once with its root end; with the namespace, it would linger while
+        # the kernel tears down the namespace's table (minutes after a big one) and the next
+        # run's pair could not take its name.
+        subprocess.run(["ip", "link", "del", ROOT_VETH], stderr=subprocess.DEVNULL, check=False)
         sh("ip", "netns", "del", name)
 
 
