@@ -318,10 +318,12 @@ def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     measured = [run for run in runs if "failure" not in run]
     figures: dict[str, Any] = {f"{prefix}runs_measured": len(measured)}
     for field in PEER_FIELDS:
-        values = [run[field] for run in measured if run.get(field) is not None]
+        # A run that failed part way keeps the figures it measured before.
+        values = [run[field] for run in runs if run.get(field) is not None]
         figures[f"{prefix}{field}"] = statistics.median(values) if values else None
         figures[f"{prefix}{field}_min"] = min(values) if values else None
         figures[f"{prefix}{field}_max"] = max(values) if values else None
+        figures[f"{prefix}{field}_runs"] = len(values)
     pooled = _percentiles(_pooled(measured, None))
     figures[f"{prefix}latency_p50_ms_pooled"] = pooled["p50_ms"]
     figures[f"{prefix}latency_p99_ms_pooled"] = pooled["p99_ms"]
@@ -337,6 +339,29 @@ def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     return figures
 
 
+def merge_peer(boots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several boots' ``bench.peer`` outputs as one: each size's runs side by side."""
+    settings = boots[0]["settings"]
+    if any(boot["settings"] != settings for boot in boots):
+        raise ValueError("the boots ran with different settings")
+    sizes: dict[str, Any] = {}
+    for boot in boots:
+        for size, measured in boot["sizes"].items():
+            merged = sizes.setdefault(
+                size, {"create_s": [], "runs": {p: [] for p in PEER_PREFIXES}}
+            )
+            merged["create_s"].append(measured.get("create_s"))
+            for proxy in PEER_PREFIXES:
+                merged["runs"][proxy] += measured["runs"][proxy]
+    loads = [" ".join(boot.get("lab_loadavg") or ["?"]) for boot in boots]
+    return {
+        "settings": settings,
+        "sizes": sizes,
+        "boots": len(boots),
+        "lab_loadavg": [" then ".join(loads)],
+    }
+
+
 def build_peer_report(peer: dict[str, Any], host_load: str, commit: str) -> dict[str, Any]:
     sizes: dict[str, Any] = {}
     for size, measured in peer["sizes"].items():
@@ -349,6 +374,7 @@ def build_peer_report(peer: dict[str, Any], host_load: str, commit: str) -> dict
         "commit": commit,
         "host_load": host_load,
         "lab_load": peer.get("lab_loadavg"),
+        "boots": peer.get("boots", 1),
         "settings": peer["settings"],
         "sizes": sizes,
         "notes": [
@@ -368,7 +394,8 @@ def _span(figures: dict[str, Any], name: str) -> str:
     if median is None:
         return "—"
     low, high = figures.get(f"{name}_min"), figures.get(f"{name}_max")
-    return f"{_format(median)} ({_format(low)} to {_format(high)})"
+    runs = figures.get(f"{name}_runs")
+    return f"{_format(median)} ({_format(low)} to {_format(high)}, {runs} runs)"
 
 
 def _verdict(ours: float | None, theirs: float | None, goal: str | None) -> str:
@@ -386,8 +413,9 @@ def peer_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# ipvsproxy beside kube-proxy",
         "",
-        f"Generated {report['generated']} at commit {report['commit']}, in one User-Mode Linux",
-        "boot with a real etcd and kube-apiserver. Host load (uptime) while it ran: "
+        f"Generated {report['generated']} at commit {report['commit']}, from "
+        f"{report['boots']} User-Mode Linux boot(s), each with a real etcd and kube-apiserver.",
+        "Host load (uptime) while it ran: "
         f"{report['host_load']}; lab load at the end: {' '.join(report['lab_load'] or [])}.",
         "",
         "Settings: ipvsproxy "
@@ -399,8 +427,8 @@ def peer_markdown(report: dict[str, Any]) -> str:
     ]
     for size, figures in report["sizes"].items():
         lines += [
-            f"## {size} services x 10 endpoints ({figures['runs_measured']} runs of ipvsproxy, "
-            f"{figures['kube_proxy_runs_measured']} of kube-proxy)",
+            f"## {size} services x 10 endpoints ({figures['runs_measured']} complete runs of "
+            f"ipvsproxy, {figures['kube_proxy_runs_measured']} of kube-proxy)",
             "",
             "| figure: median (min to max) | ipvsproxy | kube-proxy | ipvsproxy / kube-proxy |",
             "| --- | --- | --- | --- |",
@@ -472,13 +500,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lab", type=Path)
     parser.add_argument("--control", type=Path)
-    parser.add_argument("--peer", type=Path, help="bench.peer's output, instead of the others")
+    parser.add_argument(
+        "--peer", type=Path, nargs="+", help="bench.peer's outputs (one a boot), instead"
+    )
     parser.add_argument("--host-load", default="")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.peer is not None:
-        report = build_peer_report(json.loads(args.peer.read_text()), args.host_load, _commit())
+        boots = [json.loads(path.read_text()) for path in args.peer]
+        report = build_peer_report(merge_peer(boots), args.host_load, _commit())
         text, draw = peer_markdown(report), peer_plot
     elif args.lab is not None and args.control is not None:
         report = build_report(
