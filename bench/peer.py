@@ -485,6 +485,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--changes", type=int, default=100, help="changes of each kind a run")
+    parser.add_argument(
+        "--proxies", default=",".join(PROXIES), help="which to run (to add runs of one)"
+    )
     args = parser.parse_args()
     built = located()
     if built is None:
@@ -513,7 +516,8 @@ def main() -> None:
             runs: dict[str, Any] = {kind: [] for kind in PROXIES}
             results["sizes"][str(size)] = {"create_s": seconds, "runs": runs}
             for number in range(args.runs):
-                order = PROXIES if number % 2 == 0 else PROXIES[::-1]
+                chosen = [kind for kind in PROXIES if kind in args.proxies.split(",")]
+                order = chosen if number % 2 == 0 else chosen[::-1]
                 for kind in order:
                     log(f"{size} services, run {number + 1}: {kind}")
                     try:
