@@ -460,7 +460,11 @@ def peer_markdown(report: dict[str, Any]) -> str:
             f"({figures['kube_proxy_latency_lost_changes']}) | |"
         )
         failures = figures["failures"] + figures["kube_proxy_failures"]
-        lines += ["", *(f"- failed run: {failure[:300]}" for failure in failures), ""]
+        lines += [
+            "",
+            *(f"- failed run: {' '.join(failure.split())[:300]}" for failure in failures),
+            "",
+        ]
     lines += ["## Notes", "", *(f"- {note}" for note in report["notes"]), ""]
     lines += ["Plot: latency.png. Raw figures and samples: report.json.", ""]
     return "\n".join(lines)
