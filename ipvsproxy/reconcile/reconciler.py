@@ -31,6 +31,7 @@ from ipvsproxy.model import (
 from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.parameters import LEAVE_CONNTRACK, ConntrackSettings
 from ipvsproxy.reconcile.scoped import plan_change, to_read
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
@@ -45,6 +46,8 @@ class ReconcilerSettings:
     strict_arp: bool = False
     # --ipvs-tcp-timeout and friends; 0 leaves the kernel's.
     ipvs_timeouts: IPVSTimeouts = UNSET_TIMEOUTS
+    # --conntrack-max-per-core and friends (kube-proxy's conntrack.*); the default leaves all.
+    conntrack: ConntrackSettings = LEAVE_CONNTRACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class Reconciler:
             interface=self._settings.interface,
             strict_arp=self._settings.strict_arp,
             timeouts=self._settings.ipvs_timeouts,
+            conntrack=self._settings.conntrack,
             node_addresses_before=self._node_addresses_before,
         )
 

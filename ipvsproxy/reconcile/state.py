@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.gcpause import without_cyclic_gc
-from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.protocols import Kernel, SysctlKernel
 from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
 from ipvsproxy.reconcile import parameters
 
@@ -29,6 +29,11 @@ class KernelState:
 EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeouts())
 
 
+def read_parameters(sysctl: SysctlKernel) -> Mapping[str, str | None]:
+    """The kernel parameters planning reads (``parameters.READ``), None where absent."""
+    return MappingProxyType({name: sysctl.get(name) for name in parameters.READ})
+
+
 @without_cyclic_gc
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
     return KernelState(
@@ -37,6 +42,6 @@ def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
         ipsets=kernel.ipsets.list_sets(),
-        sysctls=MappingProxyType({name: kernel.sysctl.get(name) for name in parameters.READ}),
+        sysctls=read_parameters(kernel.sysctl),
         ipvs_timeouts=kernel.ipvs.timeouts(),
     )

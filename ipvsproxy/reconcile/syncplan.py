@@ -27,7 +27,12 @@ from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
 from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
-from ipvsproxy.reconcile.parameters import plan_sysctls, plan_timeouts
+from ipvsproxy.reconcile.parameters import (
+    LEAVE_CONNTRACK,
+    ConntrackSettings,
+    plan_sysctls,
+    plan_timeouts,
+)
 from ipvsproxy.reconcile.state import KernelState
 
 UNSET_TIMEOUTS = IPVSTimeouts()
@@ -80,18 +85,20 @@ def plan_sync(
     interface: str = DUMMY_INTERFACE,
     strict_arp: bool = False,
     timeouts: IPVSTimeouts = UNSET_TIMEOUTS,
+    conntrack: ConntrackSettings = LEAVE_CONNTRACK,
     node_addresses_before: frozenset[IPAddress] = frozenset(),
 ) -> SyncPlan:
     """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination.
 
-    ``strict_arp`` and ``timeouts`` (--ipvs-strict-arp, --ipvs-*-timeout) choose the kernel
-    parameters to set. ``node_addresses_before``: the node's addresses that carried virtual
-    servers of ours before, as far as this process knows (see ``owned_addresses``).
+    ``strict_arp``, ``timeouts`` and ``conntrack`` (--ipvs-strict-arp, --ipvs-*-timeout,
+    --conntrack-*) choose the kernel parameters to set. ``node_addresses_before``: the node's
+    addresses that carried virtual servers of ours before, as far as this process knows (see
+    ``owned_addresses``).
     """
     bind, unbind = plan_addresses(desired, actual.bound_addresses)
     owned = owned_addresses(desired, actual.bound_addresses, node_addresses_before)
     return SyncPlan(
-        sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp),
+        sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp, conntrack=conntrack),
         interface=interface,
         create_interface=not actual.interface_exists,
         bind=bind,
