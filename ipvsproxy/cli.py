@@ -95,6 +95,23 @@ _PROXY_FLAGS = (
                  help="SNAT all traffic sent to Service cluster IPs."),
     click.option("--iptables-masquerade-bit", type=int, metavar="BIT",
                  help="The packet-mark bit (0-31) that asks for SNAT [default: 14]."),
+    click.option("--conntrack-max-per-core", type=int, metavar="N",
+                 help="Conntrack entries per CPU core; nf_conntrack_max is raised to this "
+                 "times the CPUs, at least --conntrack-min (0 leaves it) [default: 32768]."),
+    click.option("--conntrack-min", type=int, metavar="N",
+                 help="The least nf_conntrack_max to ask for [default: 131072]."),
+    click.option("--conntrack-tcp-timeout-established", metavar="DURATION",
+                 help="Conntrack's idle timeout of established TCP connections (0 leaves "
+                 "it) [default: 24h]."),
+    click.option("--conntrack-tcp-timeout-close-wait", metavar="DURATION",
+                 help="Conntrack's timeout of TCP connections in CLOSE_WAIT (0 leaves it) "
+                 "[default: 1h]."),
+    click.option("--conntrack-tcp-be-liberal", type=click.BOOL, is_flag=False, flag_value=True,
+                 help="Set nf_conntrack_tcp_be_liberal to 1."),
+    click.option("--conntrack-udp-timeout", metavar="DURATION",
+                 help="Conntrack's timeout of unreplied UDP flows (0 leaves it) [default: 0]."),
+    click.option("--conntrack-udp-timeout-stream", metavar="DURATION",
+                 help="Conntrack's timeout of assured UDP flows (0 leaves it) [default: 0]."),
     click.option("--cluster-cidr", metavar="CIDRS",
                  help="The pods' CIDR, or a comma-separated dual-stack pair."),
     click.option("--nodeport-addresses", metavar="CIDRS",
@@ -256,6 +273,7 @@ def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -
             EMPTY_KERNEL,
             strict_arp=settings.strict_arp,
             timeouts=settings.ipvs_timeouts,
+            conntrack=settings.conntrack,
         )
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
         baseline = Baseline(live=False, reason=str(error))
@@ -356,6 +374,9 @@ _RUN_FLAGS = (
                  help="Log verbosity; 4 and up logs debug detail [default: 0]."),
     click.option("--traffic-metrics/--no-traffic-metrics", default=True,
                  help="Export per-service IPVS traffic counters in /metrics [default: on]."),
+    click.option("--init-only", is_flag=True,
+                 help="Set the kernel parameters (sysctls, conntrack, IPVS timeouts) and exit, "
+                 "as kube-proxy's: for a privileged init container before an unprivileged proxy."),
 )  # fmt: skip
 
 
@@ -367,23 +388,57 @@ def _run_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @main.command()
 @_run_options
-def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: object) -> None:
+def run(
+    ctx: click.Context, *, verbosity: int, traffic_metrics: bool, init_only: bool, **_: object
+) -> None:
     """Run the proxy: watch the cluster (or --source) and keep the kernel in sync.
 
     SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
     """
+    resolved = _resolve(ctx)
+    logging_format = resolved.config.logging_format
+    if init_only:
+        _run_or_fatal(logging_format, partial(_init_node, resolved, verbosity))
+        return
     # Here, not at the top: the daemon brings the kubernetes client and prometheus_client, a
     # second of imports inside the lab that sync --once, show and cleanup never use.
-    from ipvsproxy.daemon.main import DaemonError, serve_daemon  # noqa: PLC0415
+    from ipvsproxy.daemon.main import serve_daemon  # noqa: PLC0415
 
-    resolved = _resolve(ctx)
-    try:
-        serve_daemon(
+    _run_or_fatal(
+        logging_format,
+        partial(
+            serve_daemon,
             resolved.config,
             ctx.params["source"],
             verbosity,
             traffic_metrics=traffic_metrics,
             warnings=resolved.warnings,
-        )
+        ),
+    )
+
+
+def _run_or_fatal(logging_format: str, work: Callable[[], int | None]) -> None:
+    """``work``, its exit status kept; a failure that ends it is one line (or one JSON object,
+    with --logging-format json), exit 2 for what the daemon names, 1 for anything else."""
+    from ipvsproxy.daemon.errors import DaemonError  # noqa: PLC0415
+    from ipvsproxy.daemon.logs import fatal_line  # noqa: PLC0415
+
+    try:
+        status = work()
     except DaemonError as error:
-        _fail(str(error))
+        click.echo(fatal_line(logging_format, str(error)), err=True)
+        sys.exit(USAGE_EXIT)
+    except Exception as error:
+        if logging_format != "json":
+            raise
+        click.echo(fatal_line(logging_format, f"unexpected error: {error}", error), err=True)
+        sys.exit(1)
+    if status:
+        sys.exit(status)
+
+
+def _init_node(resolved: Resolved, verbosity: int) -> int:
+    """kube-proxy's --init-only; exit status 1 when the kernel refused a parameter."""
+    from ipvsproxy.daemon.init_node import init_node  # noqa: PLC0415
+
+    return init_node(resolved.config, verbosity, resolved.warnings)
