@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -20,13 +20,14 @@ from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
-from ipvsproxy.daemon.http import HttpHub, HttpLimits, HttpListener
+from ipvsproxy.daemon.http import Handler, HttpHub, HttpLimits, HttpListener
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
     health_check_hosts,
     local_endpoint_counts,
 )
+from ipvsproxy.daemon.port_holder import cannot_listen
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
@@ -63,6 +64,10 @@ class DaemonOptions:
     http: HttpLimits = field(default_factory=HttpLimits)
     # How the daemon's threads are restarted when they fail, and when /livez gives up on one.
     restarts: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+class ServeError(Exception):
+    """A server cannot listen; the message names the address, why, and what holds it."""
 
 
 class Daemon:
@@ -116,18 +121,28 @@ class Daemon:
     # -- running --------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Serve /healthz, /livez and /metrics (each only if given an address)."""
+        """Serve /healthz, /livez and /metrics (each only if given an address); ServeError
+        if one cannot listen."""
         options, metrics = self._options, self.metrics
         if options.healthz is not None:
             routes = {
                 "/healthz": metrics.counted(metrics.healthz, self.health.healthz),
                 "/livez": metrics.counted(metrics.livez, self.health.livez),
             }
-            self._listeners.append(self.http.serve(*options.healthz, routes))
+            self._listen("/healthz and /livez (--healthz-bind-address)", options.healthz, routes)
         if options.metrics is not None:
             routes = {"/metrics": metrics.response}
-            self._listeners.append(self.http.serve(*options.metrics, routes))
+            self._listen("/metrics (--metrics-bind-address)", options.metrics, routes)
         self.http.start()
+
+    def _listen(self, what: str, address: tuple[str, int], routes: Mapping[str, Handler]) -> None:
+        try:
+            self._listeners.append(self.http.serve(*address, routes))
+        except OSError as error:
+            for listener in self._listeners:
+                listener.close()
+            self._listeners.clear()
+            raise ServeError(cannot_listen(what, *address, error)) from None
 
     @property
     def ports(self) -> list[int]:

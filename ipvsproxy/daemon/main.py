@@ -15,7 +15,8 @@ from types import FrameType
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, reconciler_settings
-from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions, ServeError
+from ipvsproxy.daemon.errors import DaemonError
 from ipvsproxy.daemon.http import HttpLimits, parse_bind_address
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
@@ -26,10 +27,6 @@ from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
 from ipvsproxy.model import IPVSTable
 
 log = logging.getLogger(__name__)
-
-
-class DaemonError(Exception):
-    """The daemon cannot start; the message is one line."""
 
 
 def _address(text: str, flag: str) -> tuple[str, int] | None:
@@ -111,8 +108,8 @@ def serve_daemon(
         daemon = Daemon(kernel, config.settings, options)
         try:
             daemon.serve()
-        except OSError as error:
-            raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
+        except ServeError as error:
+            raise DaemonError(str(error)) from None
         source: ClusterSource
         if source_path is not None:
             source = FileSource(
