@@ -84,6 +84,7 @@ class Daemon:
         self.health = ProxierHealth(timeout=2 * options.sync_period, failing=self.workers.failing)
         self.http = HttpHub(self.workers, options.http)
         self.metrics.watch_http(self.http)
+        self.metrics.watch_programmed(lambda: self.syncer.last_desired)
         self.health_check_ports = HealthCheckNodePorts(self.http, options.health_check_host)
         self.runner = BoundedFrequencyRunner(
             self._sync, options.min_sync_period, options.sync_period
@@ -241,6 +242,11 @@ class Daemon:
     def _record(self, report: SyncReport) -> None:
         result, metrics = report.result, self.metrics
         metrics.sync_duration.observe(report.seconds)
+        if report.mode is SyncMode.FULL:
+            metrics.full_sync_duration.observe(report.seconds)
+            metrics.last_full_sync.set_to_current_time()
+        else:
+            metrics.partial_sync_duration.observe(report.seconds)
         metrics.syncs.labels(mode=report.mode.value, result="ok" if result.ok else "failed").inc()
         metrics.service_changes.inc(report.changes.service_objects)
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
