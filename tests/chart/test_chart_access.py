@@ -106,7 +106,13 @@ def test_notes_say_how_to_check_the_proxy() -> None:
 
 
 def test_no_object_carries_an_empty_or_unrendered_value() -> None:
-    for obj in render({"metrics": {"bindAddress": "0.0.0.0"}, "cleanupKubeProxy": True}):
+    for obj in render(
+        {
+            "metrics": {"bindAddress": "0.0.0.0"},
+            "cleanupKubeProxy": True,
+            "apiServer": "https://192.0.2.1:6443",
+        }
+    ):
         for value in walk(obj):
             assert value is not None, obj["kind"]
             assert not (isinstance(value, str) and "{{" in value), obj["kind"]

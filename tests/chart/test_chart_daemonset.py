@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.chart.chart_kit import (
+    init_containers,
     mounts_by_path,
     only,
     pod_spec,
@@ -19,7 +20,8 @@ def test_pods_use_the_node_network_and_run_first_on_every_linux_node() -> None:
     objects = render()
     spec = pod_spec(objects)
     assert spec["hostNetwork"] is True
-    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    # The node's resolver: cluster DNS is a Service the proxy itself programs.
+    assert spec["dnsPolicy"] == "Default"
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -113,9 +115,9 @@ def test_the_config_file_is_mounted_where_the_args_name_it() -> None:
 
 
 def test_cleanup_init_container_only_on_request() -> None:
-    assert "initContainers" not in pod_spec(render())
-    objects = render({"cleanupKubeProxy": True})
-    (init,) = pod_spec(objects)["initContainers"]
+    assert "cleanup-kube-proxy" not in init_containers(render())
+    objects = render({"cleanupKubeProxy": True, "apiServer": "https://192.0.2.1:6443"})
+    init = init_containers(objects)["cleanup-kube-proxy"]
     proxy = proxy_container(objects)
     assert init["command"] == proxy["command"] == ["ipvsproxy"]
     assert init["args"] == ["cleanup"]
@@ -132,10 +134,10 @@ def test_extra_args_and_env_follow_the_charts_own() -> None:
     assert container["env"][-1] == {"name": "TZ", "value": "UTC"}
 
 
-def test_traffic_metrics_switch_and_verbosity_are_flags() -> None:
-    assert "--traffic-metrics" in proxy_container(render())["args"]
+def test_traffic_metrics_off_by_default_and_verbosity_are_flags() -> None:
+    assert "--no-traffic-metrics" in proxy_container(render())["args"]
     args = proxy_container(
-        render({"metrics": {"trafficMetrics": False}, "logging": {"verbosity": 3}})
+        render({"metrics": {"trafficMetrics": True}, "logging": {"verbosity": 3}})
     )["args"]
-    assert "--no-traffic-metrics" in args
+    assert "--traffic-metrics" in args
     assert "--v=3" in args
