@@ -35,6 +35,7 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.translate import Settings
 from tests.api.fake_apiserver import FakeApiServer
+from tests.chart.observability_kit import exported_names, names_in_chart
 from tests.daemon_kit import NODE, RecordingKernel, cluster, endpoint_slice, node, service
 
 PATIENCE = 20.0
@@ -266,6 +267,38 @@ def test_metrics_carry_kube_proxys_names_and_pass_promtool(
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout + checked.stderr == ""
+
+
+def test_every_metric_the_charts_alerts_and_dashboard_read_is_exported(
+    fake: FakeApiServer, start: Callable[..., Running]
+) -> None:
+    """Scraped from a daemon that has synced; metrics with labels are there before their first
+    sample (their HELP and TYPE lines), as Prometheus' metadata shows them."""
+    for obj in cluster(3):
+        fake.apply(obj)
+    running = start()
+    assert running.daemon.synced.wait(PATIENCE)
+    status, text = get(running.metrics, "/metrics")
+    assert status == 200
+    exported = exported_names(text)
+    missing = {
+        title: sorted(names - exported)
+        for title, names in names_in_chart().items()
+        if names - exported
+    }
+    assert missing == {}
+    for name in ("process_resident_memory_bytes", "python_info", "ipvsproxy_build_info"):
+        assert name in exported
+    assert running.sample("ipvsproxy_virtual_servers") == 3
+    assert running.sample("ipvsproxy_real_servers") == 6
+    assert running.sample("ipvsproxy_bound_addresses") == 3
+    assert running.sample("kubeproxy_sync_full_proxy_rules_duration_seconds_count") == 1
+    assert running.sample("ipvsproxy_full_sync_last_timestamp_seconds") > 0
+    fake.apply(endpoint_slice(1, endpoints=3))
+    assert eventually(
+        lambda: running.sample("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") == 1
+    )
+    assert eventually(lambda: running.sample("ipvsproxy_real_servers") == 7)
 
 
 def test_a_health_check_node_port_counts_local_endpoints(
