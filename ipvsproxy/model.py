@@ -440,6 +440,20 @@ class IptablesRuleset:
     jumps: tuple[IptablesJump, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class IptablesChainDiff:
+    """How one of our chains (or a built-in chain's jumps to ours) would change: rules as
+    iptables-save prints them, without ``-A CHAIN``."""
+
+    family: IPFamily
+    table: str
+    chain: str
+    # The chain does not exist yet.
+    new: bool
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
 # ---------------------------------------------------------------------------------------------
 # Operations: what reconcile plans and kernel applies, one by one or batched
 # ---------------------------------------------------------------------------------------------

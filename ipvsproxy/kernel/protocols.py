@@ -17,6 +17,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPSetContent,
     IPSetSpec,
+    IptablesChainDiff,
     IptablesRuleset,
     IPVSOp,
     IPVSTable,
@@ -98,6 +99,10 @@ class IptablesKernel(Protocol):
         True when it wrote; False when the kernel already held exactly these chains and jumps.
         A chain no longer in ``ruleset`` is left as it is: ``remove`` deletes it.
         """
+        ...
+
+    def diff(self, ruleset: IptablesRuleset) -> tuple[IptablesChainDiff, ...]:
+        """What ``restore`` would change, chain by chain (none where the kernel agrees)."""
         ...
 
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
