@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 import click
@@ -19,21 +20,33 @@ from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_sett
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
-from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
-from ipvsproxy.reconcile.cleanup import remove_leftovers
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
+from ipvsproxy.model import (
+    ClusterSnapshot,
+    DesiredState,
+    IptablesChainDiff,
+    IPVSTable,
+    ObjectKey,
+    Rejection,
+    VirtualServerKey,
+)
+from ipvsproxy.owners import Owners, OwnersAnswer, owners_of
+from ipvsproxy.plan_summary import SUMMARY_ABOVE, summarized, summary_text
+from ipvsproxy.reconcile.cleanup import plan_leftovers, planned_removals, remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
-from ipvsproxy.reconcile.syncplan import plan_sync
+from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
 from ipvsproxy.render import (
     LIVE_KERNEL,
     Baseline,
+    cleanup_json,
     sync_plan_json,
     sync_plan_text,
     sync_result_json,
     sync_result_text,
 )
 from ipvsproxy.show import build_view, view_json, view_text
+from ipvsproxy.show_source import ask_daemon, in_cluster
 from ipvsproxy.translate import translate
 
 USAGE_EXIT = 2
@@ -209,6 +222,14 @@ _output_option = click.option(
 )
 
 
+_summary_option = click.option(
+    "--summary/--full",
+    default=None,
+    help="Text output: counts by kind and by namespace and the skipped objects, or every "
+    f"operation [default: the summary above {SUMMARY_ABOVE} operations].",
+)
+
+
 @main.command()
 @click.option("--once", is_flag=True, help="Reconcile once and exit.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
@@ -218,9 +239,17 @@ _output_option = click.option(
     help="Accept a --source without any Service (which removes every virtual server).",
 )
 @_output_option
+@_summary_option
 @_proxy_options
 def sync(
-    ctx: click.Context, *, once: bool, dry_run: bool, allow_empty: bool, output: str, **_: object
+    ctx: click.Context,
+    *,
+    once: bool,
+    dry_run: bool,
+    allow_empty: bool,
+    output: str,
+    summary: bool | None,
+    **_: object,
 ) -> None:
     """Reconcile the kernel's IPVS state with the cluster.
 
@@ -232,7 +261,7 @@ def sync(
     config = _resolve_config(ctx)
     desired = _desired_state(ctx.params["source"], config, allow_empty)
     if dry_run:
-        _dry_run(desired, reconciler_settings(config), output)
+        _dry_run(desired, reconciler_settings(config), output, summary)
         return
     _check(require_net_admin)
     with ExitStack() as stack:
@@ -242,7 +271,7 @@ def sync(
     if output == "json":
         _write(sync_result_json(result, desired))
     else:
-        click.echo(sync_plan_text(result.plan, desired))
+        click.echo(_plan_text(result.plan, desired, summary))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
 
@@ -259,12 +288,31 @@ def _write(chunks: Iterable[str], batch: int = 65536) -> None:
     sys.stdout.write("".join(pending))
 
 
-def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -> None:
+def _plan_text(
+    plan: SyncPlan,
+    desired: DesiredState,
+    summary: bool | None,
+    iptables_changes: Sequence[IptablesChainDiff] | None = None,
+) -> str:
+    if not summarized(plan, summary):
+        return sync_plan_text(plan, desired, iptables_changes)
+    note = "" if summary else f" (over {SUMMARY_ABOVE} operations; --full lists each)"
+    return f"# summary{note}\n{summary_text(plan, desired, iptables_changes)}"
+
+
+def _dry_run(
+    desired: DesiredState, settings: ReconcilerSettings, output: str, summary: bool | None
+) -> None:
     """The plan against the kernel's state when it can be read, else against an empty one."""
+    iptables_changes: tuple[IptablesChainDiff, ...] | None = None
     try:
         require_net_admin()
         with real_kernel() as kernel:
             plan = Reconciler(kernel, settings).plan(desired)
+            if output == "text":
+                iptables_changes = tuple(
+                    diff for ruleset in plan.iptables for diff in kernel.iptables.diff(ruleset)
+                )
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
         baseline = LIVE_KERNEL
     except PreconditionError as error:
@@ -281,23 +329,37 @@ def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -
         _write(sync_plan_json(plan, desired, baseline))
     else:
         click.echo(header)
-        click.echo(sync_plan_text(plan, desired))
+        click.echo(_plan_text(plan, desired, summary, iptables_changes))
 
 
 @main.command()
-def cleanup() -> None:
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@_output_option
+def cleanup(*, dry_run: bool, output: str) -> None:
     """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else.
 
-    Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
+    Exit 0 when everything went (or nothing was there), 1 when something could not be removed
+    (or, with --dry-run, read).
     """
     _check(require_net_admin)
     with real_kernel(ipvs_optional=True) as kernel:
-        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
-    for line in report.removed:
-        click.echo(line)
-    for line in report.failed:
-        click.echo(f"ipvsproxy: {line}", err=True)
-    sys.exit(1 if report.failed else 0)
+        parts = (kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
+        if dry_run:
+            plan, failed = plan_leftovers(*parts)
+            done = planned_removals(plan)
+        else:
+            report = remove_leftovers(*parts)
+            done = tuple(line.removeprefix("removed ") for line in report.removed)
+            failed = report.failed
+    if output == "json":
+        _write(cleanup_json(dry_run, done, failed))
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for what in done:
+            click.echo(f"{verb} {what}")
+        for line in failed:
+            click.echo(f"ipvsproxy: {line}", err=True)
+    sys.exit(1 if failed else 0)
 
 
 def _check(precondition: Callable[[], None]) -> None:
@@ -324,10 +386,30 @@ def _service_filter(text: str | None) -> ObjectKey | None:
     return ObjectKey(namespace, name)
 
 
-def _kernel_ipvs_table() -> IPVSTable:
-    _check(require_net_admin)
-    with ExitStack() as stack:
-        return _open_kernel(stack).ipvs.dump()
+def _read_ipvs(ipvs: IPVSKernel, only: Collection[VirtualServerKey] | None) -> IPVSTable:
+    """The kernel's table, or only the virtual servers ``only`` names (those it has)."""
+    if only is None:
+        return ipvs.dump()
+    found = ((key, ipvs.virtual_server(key)) for key in only)
+    return MappingProxyType({key: state for key, state in found if state is not None})
+
+
+def _owners(
+    source: Path | None, config: ProxyConfig, service: ObjectKey | None
+) -> tuple[Owners | None, str]:
+    """Who owns each virtual server (or why nobody says): --source or an explicit API
+    server first, then the proxy running here, then the API in-cluster."""
+    if source is not None or config.kubeconfig is not None or config.master:
+        return owners_of(_desired_state(source, config), service), ""
+    answer = ask_daemon(config.metrics_bind_address, service)
+    if isinstance(answer, OwnersAnswer):
+        if answer.truncated:
+            click.echo("ipvsproxy: warning: the proxy sent only part of its table", err=True)
+        return answer.owners, ""
+    if in_cluster():
+        click.echo(f"ipvsproxy: warning: {answer}; reading the cluster instead", err=True)
+        return owners_of(_desired_state(None, config), service), ""
+    return None, answer
 
 
 @main.command()
@@ -337,15 +419,23 @@ def _kernel_ipvs_table() -> IPVSTable:
 def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -> None:
     """Show the live kernel state in Kubernetes terms.
 
-    Service names come from --source or from the API server (--kubeconfig, --master); with
-    neither, the kernel's table alone, without names.
+    Service names come from --source, or from the API server given --kubeconfig or --master;
+    else from the proxy running on this node (its translation, asked on its metrics address,
+    --config's metricsBindAddress or 127.0.0.1:10249), then from the API server in-cluster.
+    With none, the kernel's table alone, without names. With NAMESPACE/NAME and the proxy's
+    answer, only that Service's virtual servers are read from the kernel.
     """
     only = _service_filter(service)
     config = _resolve_config(ctx)
-    source: Path | None = ctx.params["source"]
-    named = source is not None or config.kubeconfig is not None or bool(config.master)
-    desired = _desired_state(source, config) if named else None
-    view = build_view(_kernel_ipvs_table(), desired, only)
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        ipvs = _open_kernel(stack).ipvs
+        owners, why_unnamed = _owners(ctx.params["source"], config, only)
+        keys = owners.keys() if owners is not None and only is not None else None
+        table = _read_ipvs(ipvs, keys)
+    if owners is None:
+        click.echo(f"ipvsproxy: no Service names: {why_unnamed}", err=True)
+    view = build_view(table, owners, only)
     click.echo(view_json(view) if output == "json" else view_text(view))
 
 

@@ -20,6 +20,7 @@ from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
+    IptablesChainDiff,
     IPVSOp,
     PlanOp,
     RealServer,
@@ -119,7 +120,26 @@ def _listed(items: Sequence[object], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _summary_lines(plan: SyncPlan) -> list[str]:
+def _iptables_lines(plan: SyncPlan, changes: Sequence[IptablesChainDiff] | None) -> list[str]:
+    """What the restores change, rule by rule, where the kernel was read; else that they
+    are written where they differ."""
+    families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
+    if changes is None:
+        return [f"~ iptables chains ({families}): restored where they differ"]
+    if not changes:
+        return [f"= iptables chains ({families}): as wanted"]
+    lines = []
+    for chain in changes:
+        mark, state = ("+", "new chain") if chain.new else ("~", "chain")
+        lines.append(f"{mark} iptables {chain.family} {chain.table} {state} {chain.chain}")
+        lines.extend(f"    - -A {chain.chain} {rule}" for rule in chain.removed)
+        lines.extend(f"    + -A {chain.chain} {rule}" for rule in chain.added)
+    return lines
+
+
+def kernel_setup_lines(
+    plan: SyncPlan, iptables_changes: Sequence[IptablesChainDiff] | None = None
+) -> list[str]:
     parameters: list[PlanOp] = [*plan.sysctls, *plan.timeouts]
     lines = [f"~ {describe(op)}" for op in parameters]
     if plan.create_interface:
@@ -142,20 +162,28 @@ def _summary_lines(plan: SyncPlan) -> list[str]:
     if added or deleted:
         lines.append(f"~ ipset entries: {added} to add, {deleted} to delete")
     if plan.iptables:
-        families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
-        lines.append(f"~ iptables chains ({families}): restored where they differ")
+        lines += _iptables_lines(plan, iptables_changes)
     return lines
 
 
-def _sync_counts(plan: SyncPlan) -> str:
+def counts_line(plan: SyncPlan) -> str:
     counts = plan.counts()
     summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
     draining = f"; {len(plan.ipvs.draining)} draining" if plan.ipvs.draining else ""
     return f"{sum(counts.values())} operations" + (f": {summary}" if counts else "") + draining
 
 
-def sync_plan_text(plan: SyncPlan, desired: DesiredState) -> str:
-    lines = [*_summary_lines(plan), *_ipvs_lines(plan, desired), _sync_counts(plan)]
+def sync_plan_text(
+    plan: SyncPlan,
+    desired: DesiredState,
+    iptables_changes: Sequence[IptablesChainDiff] | None = None,
+) -> str:
+    """Every operation; ``iptables_changes``: the rule diff, where the kernel was read."""
+    lines = [
+        *kernel_setup_lines(plan, iptables_changes),
+        *_ipvs_lines(plan, desired),
+        counts_line(plan),
+    ]
     lines.extend(f"skipped {r.object}: {r.reason}" for r in desired.rejections)
     return "\n".join(lines)
 
@@ -252,3 +280,14 @@ def sync_result_json(result: SyncResult, desired: DesiredState) -> Iterator[str]
             "drift": dict(sorted(result.drift.items())),
         }
     )
+
+
+CLEANUP_SCHEMA = "ipvsproxy.io/cleanup/v1"
+
+
+def cleanup_json(dry_run: bool, removed: Sequence[str], failed: Sequence[str]) -> Iterator[str]:
+    """What ``cleanup`` removed (or would, with --dry-run), each object named as in its text,
+    and what it could not remove or read."""
+    key = "would_remove" if dry_run else "removed"
+    document = {"schema": CLEANUP_SCHEMA, "dry_run": dry_run, key: list(removed)}
+    return _ENCODER.iterencode({**document, "failed": list(failed)})

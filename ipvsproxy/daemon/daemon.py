@@ -20,7 +20,15 @@ from ipvsproxy.cluster import api
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
-from ipvsproxy.daemon.http import Handler, HttpHub, HttpLimits, HttpListener
+from ipvsproxy.daemon.http import (
+    TEXT,
+    Handler,
+    HttpHub,
+    HttpLimits,
+    HttpListener,
+    PathHandler,
+    Response,
+)
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
@@ -33,6 +41,8 @@ from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
+from ipvsproxy.owners import PATH as OWNERS
+from ipvsproxy.owners import owners_json, service_of
 from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.supervise import RestartPolicy, Supervisor, Worker, stop_all
@@ -132,13 +142,23 @@ class Daemon:
             }
             self._listen("/healthz and /livez (--healthz-bind-address)", options.healthz, routes)
         if options.metrics is not None:
-            routes = {"/metrics": metrics.response}
-            self._listen("/metrics (--metrics-bind-address)", options.metrics, routes)
+            # The translation's owners for `ipvsproxy show` beside /metrics, as kube-proxy
+            # serves /configz there: on loopback unless the metrics are exposed.
+            routes = {"/metrics": metrics.response, OWNERS: self._owners}
+            prefixes = {f"{OWNERS}/": self._owners}
+            what = "/metrics (--metrics-bind-address)"
+            self._listen(what, options.metrics, routes, prefixes)
         self.http.start()
 
-    def _listen(self, what: str, address: tuple[str, int], routes: Mapping[str, Handler]) -> None:
+    def _listen(
+        self,
+        what: str,
+        address: tuple[str, int],
+        routes: Mapping[str, Handler],
+        prefixes: Mapping[str, PathHandler] | None = None,
+    ) -> None:
         try:
-            self._listeners.append(self.http.serve(*address, routes))
+            self._listeners.append(self.http.serve(*address, routes, prefixes))
         except OSError as error:
             for listener in self._listeners:
                 listener.close()
@@ -279,6 +299,14 @@ class Daemon:
                 "seconds": round(report.seconds, 4),
             },
         )
+
+    def _owners(self, subpath: str = "") -> Response:
+        """Every virtual server's owner, or one Service's (``/owners/NAMESPACE/NAME``)."""
+        service = service_of(subpath) if subpath else None
+        if subpath and service is None:
+            return Response(404, TEXT, b"not /owners/NAMESPACE/NAME\n")
+        body = owners_json(self.syncer.last_desired, service)
+        return Response(200, "application/json", body)
 
     def _traffic(self) -> tuple[IPVSTable, DesiredState | None]:
         assert self._options.traffic is not None

@@ -146,6 +146,34 @@ def plan_cleanup(observed: ObservedState) -> CleanupPlan:
     )
 
 
+def _virtual_server(key: VirtualServerKey) -> str:
+    return f"virtual server {key}"
+
+
+def _chains(family: IPFamily, chains: Chains) -> str:
+    names = ", ".join(
+        f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
+    )
+    return f"{family} iptables chains {names}"
+
+
+def _ipset(name: str) -> str:
+    return f"ipset {name}"
+
+
+_INTERFACE = f"interface {DUMMY_INTERFACE}"
+
+
+def planned_removals(plan: CleanupPlan) -> tuple[str, ...]:
+    """What ``execute_cleanup`` would remove, in its order, named as its report names it."""
+    return (
+        *map(_virtual_server, plan.virtual_servers),
+        *(_chains(family, chains) for family, chains in plan.chains.items()),
+        *map(_ipset, plan.ipsets),
+        *((_INTERFACE,) if plan.delete_interface else ()),
+    )
+
+
 def _reason(error: Exception) -> str:
     # str(OSError) prefixes "[Errno N]", which says nothing to a reader.
     return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
@@ -173,27 +201,32 @@ def execute_cleanup(
     results = ipvs.apply([DeleteVirtualServer(key) for key in plan.virtual_servers])
     for key, result in zip(plan.virtual_servers, results, strict=True):
         if result is None:
-            removed.append(f"removed virtual server {key}")
+            removed.append(f"removed {_virtual_server(key)}")
         else:
-            failed.append(f"could not remove virtual server {key}: {result.message}")
+            failed.append(f"could not remove {_virtual_server(key)}: {result.message}")
     for family, chains in plan.chains.items():
-        names = ", ".join(
-            f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
-        )
-        what = f"{family} iptables chains {names}"
+        what = _chains(family, chains)
         _attempt(partial(iptables.remove, family, chains), what, removed, failed)
     for name in plan.ipsets:
-        _attempt(partial(ipsets.destroy, name), f"ipset {name}", removed, failed)
+        _attempt(partial(ipsets.destroy, name), _ipset(name), removed, failed)
     if plan.delete_interface:
-        what = f"interface {DUMMY_INTERFACE}"
-        _attempt(partial(addresses.delete_interface, DUMMY_INTERFACE), what, removed, failed)
+        delete = partial(addresses.delete_interface, DUMMY_INTERFACE)
+        _attempt(delete, _INTERFACE, removed, failed)
     return CleanupReport(tuple(removed), tuple(failed))
+
+
+def plan_leftovers(
+    ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
+) -> tuple[CleanupPlan, tuple[str, ...]]:
+    """What ``ipvsproxy cleanup`` would remove, and what it could not read."""
+    observed = observe(ipvs, addresses, ipsets, iptables)
+    return plan_cleanup(observed), observed.unreadable
 
 
 def remove_leftovers(
     ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
 ) -> CleanupReport:
     """Observe, plan and remove: what ``ipvsproxy cleanup`` does."""
-    observed = observe(ipvs, addresses, ipsets, iptables)
-    report = execute_cleanup(plan_cleanup(observed), ipvs, addresses, ipsets, iptables)
-    return CleanupReport(report.removed, (*observed.unreadable, *report.failed))
+    plan, unreadable = plan_leftovers(ipvs, addresses, ipsets, iptables)
+    report = execute_cleanup(plan, ipvs, addresses, ipsets, iptables)
+    return CleanupReport(report.removed, (*unreadable, *report.failed))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.kernel.sysctl import CONNTRACK_HASHSIZE, ProcSysctl
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS
+from ipvsproxy.kernel.sysctl import CONNTRACK_HASHSIZE, ProcSysctl
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
 from ipvsproxy.plan_json import operation_json
 from ipvsproxy.reconcile.initialize import initialize
