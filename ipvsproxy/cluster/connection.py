@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from ipvsproxy.gcpause import decode_json
 DEFAULT_KUBECONFIG = "~/.kube/config"
 # 429 and the 5xx a restarting or overloaded API server sends; client-go retries these.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+_OPENSSL_NOISE = re.compile(r"\[SSL: [A-Z0-9_]+\]|\(_ssl\.c:\d+\)")
 
 
 class ApiError(Exception):
@@ -207,10 +209,18 @@ def _status_message(error: ApiException) -> str:
     return status
 
 
+def _tls_reason(reason: str) -> str:
+    """The REST layer reports a TLS failure as status 0 and "SSLError" over OpenSSL's text,
+    "[SSL: CODE] what (_ssl.c:N)": the line keeps what happened."""
+    lines = [line for line in reason.splitlines() if line]
+    if lines[:1] != ["SSLError"]:
+        return ": ".join(lines)
+    return "TLS " + _OPENSSL_NOISE.sub("", " ".join(lines[1:])).strip()
+
+
 def _http_error(api: ApiConnection, action: str, error: ApiException) -> ApiError:
     if not error.status:
-        # The REST layer reports TLS failures as status 0 with a multi-line reason.
-        reason = ": ".join(line for line in str(error.reason or "").splitlines() if line)
+        reason = _tls_reason(str(error.reason or ""))
         return ApiError(f"cannot reach the API server at {api.host}: {reason}")
     retry_after = error.headers.get("Retry-After") if error.headers else None
     return ApiError(

@@ -360,6 +360,7 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             ),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
             created=_created(metadata, label, rejections),
+            uid=_str(metadata.get("uid"), "metadata.uid"),
         )
     except ParseError as error:
         return None, [

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ipvsproxy.cluster import api
+from ipvsproxy.cluster.events import EventSink, EventSource
 from ipvsproxy.cluster.informer import InformerHooks
+from ipvsproxy.daemon.events import EventRecorder
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
 from ipvsproxy.daemon.http import (
@@ -36,14 +38,17 @@ from ipvsproxy.daemon.nodeports import (
     local_endpoint_counts,
 )
 from ipvsproxy.daemon.port_holder import cannot_listen
+from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
+from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.owners import PATH as OWNERS
 from ipvsproxy.owners import owners_json, service_of
 from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.reconcile.quarantine import Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.supervise import RestartPolicy, Supervisor, Worker, stop_all
 from ipvsproxy.translate import Settings
@@ -74,6 +79,8 @@ class DaemonOptions:
     http: HttpLimits = field(default_factory=HttpLimits)
     # How the daemon's threads are restarted when they fail, and when /livez gives up on one.
     restarts: RestartPolicy = field(default_factory=RestartPolicy)
+    # The node, as the source of the Events the daemon writes.
+    node_name: str = ""
 
 
 class ServeError(Exception):
@@ -81,11 +88,26 @@ class ServeError(Exception):
 
 
 class Daemon:
-    def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        settings: Settings,
+        options: DaemonOptions,
+        events: EventSink | None = None,
+    ) -> None:
+        """``events``: where Events about Services go (None: nowhere, as with --source)."""
         self._options = options
         self._settings = settings
+        # --ipvs-scheduler was tried at start; a scheduler an annotation names is tried once.
+        quarantine = Quarantine(
+            try_scheduler=partial(try_scheduler, kernel.ipvs),
+            accepted_schedulers={settings.scheduler},
+        )
         self.syncer = Syncer(
-            kernel, settings, options.sync_period, Reconciler(kernel, options.reconciler)
+            kernel,
+            settings,
+            options.sync_period,
+            Reconciler(kernel, options.reconciler, quarantine=quarantine),
         )
         self.metrics = Metrics(self._traffic if options.traffic is not None else None)
         # Every thread of the daemon, the source's included, is a worker of this one.
@@ -96,6 +118,16 @@ class Daemon:
         self.metrics.watch_http(self.http)
         self.metrics.watch_programmed(lambda: self.syncer.last_desired)
         self.health_check_ports = HealthCheckNodePorts(self.http, options.health_check_host)
+        self.events = (
+            EventRecorder(
+                events,
+                EventSource("ipvsproxy", options.node_name),
+                counted=lambda result: self.metrics.events.labels(result=result).inc(),
+            )
+            if events is not None
+            else None
+        )
+        self._quarantine_report = QuarantineReport(self.metrics, self.events)
         self.runner = BoundedFrequencyRunner(
             self._sync, options.min_sync_period, options.sync_period
         )
@@ -177,6 +209,12 @@ class Daemon:
             self.serve()
         # Not yet listed is an update queued: unhealthy if the lists never arrive.
         self.health.queued_update()
+        # Events are written by a worker of their own, so that no sync waits for the API.
+        recording = (
+            [self.workers.spawn("events", self.events.run, stop=self.events.stop)]
+            if self.events is not None
+            else []
+        )
         source.start()
         loops: list[Worker] = []
         try:
@@ -200,13 +238,15 @@ class Daemon:
             stop.set()
             stop_all(loops)
             source.stop()
+            stop_all(recording)
             self.health_check_ports.stop()
             self.http.stop()
             self._listeners.clear()
             self.workers.stop()
 
     def _tick(self, stop: threading.Event) -> None:
-        """The graceful-termination timer, and the periodic full sync on time."""
+        """The graceful-termination timer, the periodic full sync on time, and the retries of
+        quarantined objects."""
         last_drain_check = time.monotonic()
         while not stop.wait(self._options.tick):
             now = time.monotonic()
@@ -215,7 +255,7 @@ class Daemon:
                 last_drain_check = now
                 self.syncer.drain_check_wanted = True
                 self.runner.request()
-            elif self.syncer.full_sync_due():
+            elif self.syncer.full_sync_due() or self.syncer.retry_due():
                 self.runner.request()
 
     def _sync(self) -> None:
@@ -229,6 +269,7 @@ class Daemon:
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
+        self.health.sync_began()
         with self._pending_lock:
             self._pending.clear()
         self.metrics.service_changes_pending.set(0)
@@ -244,6 +285,9 @@ class Daemon:
             return None
         self._record(report)
         desired = report.desired
+        self._quarantine_report.report(
+            report.result.transitions, self.syncer.reconciler.quarantine, desired, snapshot.services
+        )
         self.health_check_ports.update(
             desired.health_check_node_ports,
             local_endpoint_counts(snapshot, desired.health_check_node_ports),
@@ -272,11 +316,16 @@ class Daemon:
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+        refused = set(result.refused)
         for failure in result.failures:
             metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()
             if isinstance(failure.op, RestoreIptables):
                 metrics.iptables_restore_failures.inc()
-            log.warning("kernel refused: %s", failure)
+            # A refusal of one object is told once, as it enters quarantine.
+            if failure in refused:
+                log.debug("kernel refused, in quarantine: %s", failure)
+            else:
+                log.warning("kernel refused: %s", failure)
         for op in result.held_back:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="held_back").inc()
             log.debug("held back: %s", describe(op))

@@ -51,17 +51,33 @@ class ProxierHealth:
         self._lock = threading.Lock()
         self._last_updated: float | None = None
         self._oldest_queued: float | None = None
+        # When the running sync read the cluster, and the first update queued since: a change
+        # that arrives during a sync is not in it, and stays queued once the sync is done.
+        self._sync_began: float | None = None
+        self._queued_during_sync: float | None = None
         self._node_eligible = True
 
     def queued_update(self) -> None:
         with self._lock:
+            now = self._clock()
             if self._oldest_queued is None:
-                self._oldest_queued = self._clock()
+                self._oldest_queued = now
+            if self._sync_began is not None and self._queued_during_sync is None:
+                self._queued_during_sync = now
+
+    def sync_began(self) -> None:
+        """A sync is about to read the cluster: what was queued so far is in it."""
+        with self._lock:
+            self._sync_began = self._clock()
+            self._queued_during_sync = None
 
     def updated(self) -> None:
+        """The sync that began last is written; what was queued during it still waits."""
         with self._lock:
             self._last_updated = self._clock()
-            self._oldest_queued = None
+            self._oldest_queued = self._queued_during_sync
+            self._sync_began = None
+            self._queued_during_sync = None
 
     def set_node(self, node: Node | None) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from ipvsproxy.cluster.connection import ApiError, connect
+from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions, ServeError
@@ -63,6 +64,7 @@ def raise_open_files_limit() -> int:
 
 def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int) -> DaemonOptions:
     return DaemonOptions(
+        node_name=config.hostname,
         sync_period=config.sync_period,
         min_sync_period=config.min_sync_period,
         healthz=_address(config.healthz_bind_address, "--healthz-bind-address"),
@@ -71,6 +73,14 @@ def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int)
         reconciler=reconciler_settings(config),
         http=HttpLimits.for_open_files(open_files),
     )
+
+
+def _serving(daemon: Daemon) -> Daemon:
+    try:
+        daemon.serve()
+    except ServeError as error:
+        raise DaemonError(str(error)) from None
+    return daemon
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -105,13 +115,10 @@ def serve_daemon(
             check_schedulers(kernel.ipvs, {config.settings.scheduler})
         except PreconditionError as error:
             raise DaemonError(str(error)) from None
-        daemon = Daemon(kernel, config.settings, options)
-        try:
-            daemon.serve()
-        except ServeError as error:
-            raise DaemonError(str(error)) from None
         source: ClusterSource
         if source_path is not None:
+            # No API: what would be an Event is a log line only.
+            daemon = _serving(Daemon(kernel, config.settings, options))
             source = FileSource(
                 source_path,
                 config.hostname,
@@ -124,6 +131,7 @@ def serve_daemon(
                 api = connect(config.kubeconfig, config.master or None)
             except ApiError as error:
                 raise DaemonError(str(error)) from None
+            daemon = _serving(Daemon(kernel, config.settings, options, ApiEventSink(api)))
             informer = ClusterInformer(
                 api,
                 config.hostname,

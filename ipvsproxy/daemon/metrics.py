@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -61,6 +61,26 @@ class _NoLocalEndpoints(Collector):
         )
         for policy, count in sorted(self.counts.items()):
             family.add_metric([policy], count)
+        yield family
+
+
+class _InQuarantine(Collector):
+    """A gauge by kind and reason; a pair seen once stays, at 0 when none is left."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def set(self, counts: Mapping[tuple[str, str], int]) -> None:
+        self.counts = {**dict.fromkeys(self.counts, 0), **counts}
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "ipvsproxy_objects_in_quarantine",
+            "Objects the kernel refused that wait to be tried again, by kind and reason",
+            labels=["kind", "reason"],
+        )
+        for (kind, reason), count in sorted(self.counts.items()):
+            family.add_metric([kind, reason], count)
         yield family
 
 
@@ -350,6 +370,21 @@ class Metrics:
             "ipvsproxy_syncs",
             "Syncs, by mode (full or incremental) and result (ok or failed)",
             ["mode", "result"],
+            registry=registry,
+        )
+        self.quarantined = Counter(
+            "ipvsproxy_objects_quarantined",
+            "Objects put in quarantine because the kernel refused them, by kind and reason",
+            ["kind", "reason"],
+            registry=registry,
+        )
+        self.in_quarantine = _InQuarantine()
+        registry.register(self.in_quarantine)
+        self.events = Counter(
+            "ipvsproxy_events",
+            "Kubernetes Events about Services, by what became of them "
+            "(created, patched, filtered, dropped, failed)",
+            ["result"],
             registry=registry,
         )
         self.worker_failures = Counter(

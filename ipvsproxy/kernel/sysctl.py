@@ -54,6 +54,8 @@ FRESH_KERNEL_SYSCTLS = {
 class FakeSysctl:
     def __init__(self, values: dict[str, str] | None = None) -> None:
         self.values = dict(values or {})
+        # As a container's /proc/sys without privileges: readable, every write refused.
+        self.read_only = False
 
     def get(self, name: str) -> str | None:
         return self.values.get(name)
@@ -61,4 +63,6 @@ class FakeSysctl:
     def set(self, name: str, value: str) -> None:
         if name not in self.values:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+        if self.read_only:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), name)
         self.values[name] = value

@@ -68,7 +68,7 @@ def test_every_rule_and_panel_expression_passes_promtool(tmp_path: Path) -> None
     rule_file.write_text(yaml.safe_dump(rules))
     checked = run_promtool("check", "rules", rule_file)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 7 rules found" in checked.stdout
+    assert "SUCCESS: 8 rules found" in checked.stdout
     # Each panel's query, with Grafana's variables filled in, as a recording rule.
     recorded = [
         {"record": f"panel:{number}", "expr": with_grafana_variables(expression)}
@@ -90,6 +90,7 @@ def test_rules_name_the_metrics_they_read() -> None:
         "ipvsproxy_drift_repairs_total",
         "kubeproxy_network_programming_duration_seconds_bucket",
         "ipvsproxy_objects_skipped_total",
+        "ipvsproxy_objects_in_quarantine",
     }
     assert metric_names('sum by (le) (rate(a_bucket{x="y(z)"}[5m])) / on (j) b + time()') == {
         "a_bucket",
@@ -191,6 +192,19 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
          {"series": f'kubeproxy_network_programming_duration_seconds_bucket{{{TARGET},le="+Inf"}}',
           "values": "0+10x30"}],
         [_case(20, "IpvsproxyNetworkProgrammingSlow")],
+    ),
+    "sysctls refused": (
+        [{"series": f'ipvsproxy_objects_in_quarantine{{{TARGET},kind="sysctl",reason="EROFS"}}',
+          "values": "4x30"},
+         {"series": f'ipvsproxy_objects_in_quarantine{{{TARGET},kind="virtual_server",'
+                    'reason="scheduler_unavailable"}', "values": "0x30"}],
+        [_case(14, "IpvsproxyKernelRefusals"),
+         _case(16, "IpvsproxyKernelRefusals", _fired(
+             {**TARGET_LABELS, "kind": "sysctl", "reason": "EROFS", "severity": "warning"},
+             f"{INSTANCE} holds 4 sysctl objects the kernel refused (EROFS), retried with "
+             "backoff; its log names each. A sysctl refused as EROFS means the pod's /proc/sys "
+             "is read-only: keep the chart's kernel-parameters init container.",
+             "The kernel refuses objects an ipvsproxy writes."))],
     ),
     "objects skipped, seen by two nodes": (
         [{"series": f'ipvsproxy_objects_skipped_total{{{TARGET},reason="invalid"}}',

@@ -141,6 +141,25 @@ def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
     assert body["lastUpdated"] == body["currentTime"] == "1970-01-01 00:27:41.000000000 +0000 UTC"
 
 
+def test_an_update_queued_during_a_sync_still_waits_once_that_sync_is_done() -> None:
+    """The sync read the cluster before the change came: its end does not clear it, so if the
+    syncs after it fail, the proxy turns unhealthy rather than staying 200 for ever."""
+    clock = Clock()
+    health = ProxierHealth(timeout=60.0, clock=clock)
+    health.sync_began()
+    health.updated()
+    health.sync_began()
+    clock.now += 1
+    health.queued_update()
+    health.updated()
+    clock.now += 60
+    assert health.livez().status == 503
+    # A sync that began after it programs it.
+    health.sync_began()
+    health.updated()
+    assert health.livez().status == 200
+
+
 @pytest.mark.parametrize(
     ("node", "eligible"),
     [
