@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from click.core import ParameterSource
@@ -32,6 +32,7 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.owners import Owners, OwnersAnswer, owners_of
 from ipvsproxy.plan_summary import SUMMARY_ABOVE, summarized, summary_text
+from ipvsproxy.reconcile.apply import Progress
 from ipvsproxy.reconcile.cleanup import plan_leftovers, planned_removals, remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
@@ -48,6 +49,9 @@ from ipvsproxy.render import (
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.show_source import ask_daemon, in_cluster
 from ipvsproxy.translate import translate
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
 
 USAGE_EXIT = 2
 
@@ -267,13 +271,32 @@ def sync(
     with ExitStack() as stack:
         kernel = _open_kernel(stack)
         _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
-        result = Reconciler(kernel, reconciler_settings(config)).sync(desired)
+        progress = stack.enter_context(_progress_bar())
+        result = Reconciler(kernel, reconciler_settings(config)).sync(desired, progress=progress)
     if output == "json":
         _write(sync_result_json(result, desired))
     else:
         click.echo(_plan_text(result.plan, desired, summary))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Progress]:
+    """click's progress bar over the IPVS writes, on stderr while it is a terminal (click
+    draws nothing elsewhere)."""
+    bars: list[ProgressBar[int]] = []
+
+    def shown(done: int, total: int) -> None:
+        if not bars:
+            bars.append(click.progressbar(length=total, label="programming IPVS", file=sys.stderr))
+        bars[0].update(done - bars[0].pos)
+
+    try:
+        yield shown
+    finally:
+        for bar in bars:
+            bar.render_finish()
 
 
 def _write(chunks: Iterable[str], batch: int = 65536) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
+from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, Rejection
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
@@ -104,7 +105,7 @@ class Syncer:
             self._last_full = self._clock()
             desired = self._full_translation(snapshot, changes, trusted=not in_doubt)
             desired = _with(rejections, desired)
-            result = self._reconciler.sync(desired)
+            result = self._reconciler.sync(desired, progress=ProgressLog(self._clock))
         else:
             mode = SyncMode.INCREMENTAL
             translated = self._incremental.update(
