@@ -49,7 +49,7 @@ from ipvsproxy.owners import PATH as OWNERS
 from ipvsproxy.owners import owners_json, service_of
 from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.quarantine import Quarantine
-from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings, SyncResult
 from ipvsproxy.supervise import RestartPolicy, Supervisor, Worker, stop_all
 from ipvsproxy.translate import Settings
 
@@ -311,7 +311,7 @@ class Daemon:
             metrics.last_full_sync.set_to_current_time()
         else:
             metrics.partial_sync_duration.observe(report.seconds)
-        metrics.syncs.labels(mode=report.mode.value, result="ok" if result.ok else "failed").inc()
+        metrics.syncs.labels(mode=report.mode.value, result=_result(result)).inc()
         metrics.service_changes.inc(report.changes.service_objects)
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
@@ -360,3 +360,12 @@ class Daemon:
     def _traffic(self) -> tuple[IPVSTable, DesiredState | None]:
         assert self._options.traffic is not None
         return self._options.traffic(), self.syncer.last_desired
+
+
+def _result(result: SyncResult) -> str:
+    """A sync's result label: ``refused`` when all that failed were objects the kernel will
+    not take, each held in quarantine (its own metrics and alert tell of them), so that
+    ``failed`` means something a retry may fix."""
+    if result.ok:
+        return "ok"
+    return "refused" if len(result.refused) == len(result.failures) else "failed"

@@ -368,7 +368,8 @@ class Metrics:
         )
         self.syncs = Counter(
             "ipvsproxy_syncs",
-            "Syncs, by mode (full or incremental) and result (ok or failed)",
+            "Syncs, by mode (full or incremental) and result (ok; refused: only objects the "
+            "kernel will not take failed, held in quarantine; failed; error)",
             ["mode", "result"],
             registry=registry,
         )

@@ -283,7 +283,7 @@ def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
     def full_syncs() -> float:
         return sum(
             running.sample("ipvsproxy_syncs_total", mode="full", result=result)
-            for result in ("ok", "failed")
+            for result in ("ok", "refused", "failed")
         )
 
     def events() -> list[JsonObject]:

@@ -154,12 +154,14 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
           "values": "0+5x30"}],
         [_case(20, "IpvsproxySyncsFailing", _fired(
             {**TARGET_LABELS, "severity": "warning"},
-            f"{INSTANCE} has had syncs with kernel refusals or errors for 15 minutes; its log "
-            "names each refusal.",
+            f"{INSTANCE} has had failing syncs for 15 minutes (errors, or kernel operations a "
+            "retry may fix); its log names each.",
             "An ipvsproxy's syncs keep failing."))],
     ),
-    "only good syncs": (
+    "only good syncs, and refusals held in quarantine": (
         [{"series": f'ipvsproxy_syncs_total{{{TARGET},mode="full",result="ok"}}',
+          "values": "0+1x30"},
+         {"series": f'ipvsproxy_syncs_total{{{TARGET},mode="full",result="refused"}}',
           "values": "0+1x30"}],
         [_case(20, "IpvsproxySyncsFailing")],
     ),
