@@ -67,6 +67,16 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
 
 
+@nox.session
+def dashboard(session: nox.Session) -> None:
+    """README's picture of the chart's Grafana dashboard, from a real scrape (about 7 minutes):
+    ``nox -s dashboard -- docs/dashboard.png``."""
+    _packages(session, "prometheus")
+    _install(session, "test", "bench")
+    out = session.posargs[0] if session.posargs else "docs/dashboard.png"
+    session.run("python", "-m", "tests.chart.dashboard_png", out, *session.posargs[1:])
+
+
 @nox.session(venv_backend="none")
 def controlplane(session: nox.Session) -> None:
     """kube-apiserver, kube-controller-manager, kube-proxy and etcd, built from their Go modules

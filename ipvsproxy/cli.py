@@ -418,18 +418,24 @@ def _read_ipvs(ipvs: IPVSKernel, only: Collection[VirtualServerKey] | None) -> I
 
 
 def _owners(
-    source: Path | None, config: ProxyConfig, service: ObjectKey | None
+    ctx: click.Context, config: ProxyConfig, service: ObjectKey | None
 ) -> tuple[Owners | None, str]:
-    """Who owns each virtual server (or why nobody says): --source or an explicit API
-    server first, then the proxy running here, then the API in-cluster."""
-    if source is not None or config.kubeconfig is not None or config.master:
+    """Who owns each virtual server (or why nobody says): --source, --kubeconfig or --master
+    first; then the proxy running here; then the API server (the config file's kubeconfig,
+    or in-cluster)."""
+    source: Path | None = ctx.params["source"]
+    asked = any(
+        ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        for name in ("kubeconfig", "master")
+    )
+    if source is not None or asked:
         return owners_of(_desired_state(source, config), service), ""
     answer = ask_daemon(config.metrics_bind_address, service)
     if isinstance(answer, OwnersAnswer):
         if answer.truncated:
             click.echo("ipvsproxy: warning: the proxy sent only part of its table", err=True)
         return answer.owners, ""
-    if in_cluster():
+    if config.kubeconfig is not None or in_cluster():
         click.echo(f"ipvsproxy: warning: {answer}; reading the cluster instead", err=True)
         return owners_of(_desired_state(None, config), service), ""
     return None, answer
@@ -444,16 +450,17 @@ def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -
 
     Service names come from --source, or from the API server given --kubeconfig or --master;
     else from the proxy running on this node (its translation, asked on its metrics address,
-    --config's metricsBindAddress or 127.0.0.1:10249), then from the API server in-cluster.
-    With none, the kernel's table alone, without names. With NAMESPACE/NAME and the proxy's
-    answer, only that Service's virtual servers are read from the kernel.
+    --config's metricsBindAddress or 127.0.0.1:10249), then from the API server (--config's
+    kubeconfig, or in-cluster). With none, the kernel's table alone, without names. With
+    NAMESPACE/NAME and the proxy's answer, only that Service's virtual servers are read from
+    the kernel.
     """
     only = _service_filter(service)
     config = _resolve_config(ctx)
     _check(require_net_admin)
     with ExitStack() as stack:
         ipvs = _open_kernel(stack).ipvs
-        owners, why_unnamed = _owners(ctx.params["source"], config, only)
+        owners, why_unnamed = _owners(ctx, config, only)
         keys = owners.keys() if owners is not None and only is not None else None
         table = _read_ipvs(ipvs, keys)
     if owners is None:

@@ -27,8 +27,12 @@ from prometheus_client.registry import Collector
 
 from ipvsproxy import __version__
 from ipvsproxy.daemon.http import DROP_REASONS, HttpHub, Response
-from ipvsproxy.model import DesiredState, IPVSTable, TrafficStats
+from ipvsproxy.model import DesiredState, IPVSTable, SkipReason, TrafficStats
+from ipvsproxy.reconcile.drift import DRIFT_KINDS
 from ipvsproxy.supervise import Supervisor
+
+# ipvsproxy_syncs_total's results (daemon._result), "error" when the sync itself raised.
+SYNC_RESULTS = ("ok", "refused", "failed", "error")
 
 
 def _linear(start: float, width: float, count: int) -> list[float]:
@@ -394,6 +398,15 @@ class Metrics:
             ["worker"],
             registry=registry,
         )
+        # Counted from 0, not from their first event: a series that appears at 1 shows no
+        # increase() and no rate(), and the alerts on it would never fire.
+        for reason in SkipReason:
+            self.objects_skipped.labels(reason=reason.value)
+        for kind in DRIFT_KINDS:
+            self.drift_repairs.labels(kind=kind)
+        for mode in ("full", "incremental"):
+            for result in SYNC_RESULTS:
+                self.syncs.labels(mode=mode, result=result)
         if traffic is not None:
             registry.register(_Traffic(traffic))
 

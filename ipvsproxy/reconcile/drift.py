@@ -100,6 +100,20 @@ def _ruleset(desired: DesiredState, family: IPFamily) -> IptablesRuleset | None:
     return next((r for r in desired.iptables if r.family is family), None)
 
 
+# Every kind ``count_drift`` names (the metric's labels, made before the first repair).
+DRIFT_KINDS = (
+    "interface",
+    "virtual_server",
+    "real_server",
+    "address",
+    "ipset",
+    "ipset_entry",
+    "iptables",
+    "sysctl",
+    "ipvs_timeouts",
+)
+
+
 def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
     """Drift repairs among ``ops`` (those the sync wrote or tried to), counted by kind."""
     before = record.desired

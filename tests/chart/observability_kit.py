@@ -56,8 +56,10 @@ def metric_names(expression: str) -> set[str]:
     }
 
 
-def with_grafana_variables(expression: str) -> str:
-    for variable, value in GRAFANA_VARIABLES.items():
+def with_grafana_variables(
+    expression: str, variables: Mapping[str, str] = GRAFANA_VARIABLES
+) -> str:
+    for variable, value in variables.items():
         expression = expression.replace(variable, value)
     return expression
 

@@ -1,4 +1,5 @@
-"""``ipvsproxy run``'s way out: --init-only, and fatal errors in the logging format asked for."""
+"""``ipvsproxy run``'s way out (--init-only, fatal errors in the logging format asked for), and the
+shell completion README documents."""
 
 from __future__ import annotations
 
@@ -94,3 +95,19 @@ def test_init_only_exits_1_naming_what_the_kernel_refused(fake: FakeKernel) -> N
         "No such file or directory"
     ) in result.stderr
     assert fake.sysctl.values["net.ipv4.ip_forward"] == "1"
+
+
+def test_shell_completion_as_readme_documents_it() -> None:
+    """click's completion: ``_IPVSPROXY_COMPLETE=bash_source ipvsproxy`` prints the script,
+    which asks the command itself for each word."""
+    source = CliRunner().invoke(
+        main, [], env={"_IPVSPROXY_COMPLETE": "bash_source"}, prog_name="ipvsproxy"
+    )
+    assert "_ipvsproxy_completion()" in source.output
+    env = {
+        "_IPVSPROXY_COMPLETE": "bash_complete",
+        "COMP_WORDS": "ipvsproxy sync --sum",
+        "COMP_CWORD": "2",
+    }
+    completed = CliRunner().invoke(main, [], env=env, prog_name="ipvsproxy")
+    assert completed.output.splitlines() == ["plain,--summary"]

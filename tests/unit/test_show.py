@@ -3,6 +3,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -248,7 +249,8 @@ class _Reads(FakeIPVS):
 @pytest.fixture
 def proxy_here(tmp_path: Path) -> Iterator[tuple[Path, DesiredState]]:
     """A daemon that has synced the example cluster, serving /metrics on a free port; and a
-    config file naming that port, as the chart's ConfigMap names 10249."""
+    config file naming that port, as the chart's ConfigMap names 10249, and a kubeconfig (one
+    that does not exist, so that reading the cluster would fail), as it does with apiServer."""
     daemon = Daemon(
         FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=("127.0.0.1", 0))
     )
@@ -259,6 +261,7 @@ def proxy_here(tmp_path: Path) -> Iterator[tuple[Path, DesiredState]]:
     config.write_text(
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
         f"metricsBindAddress: 127.0.0.1:{daemon.ports[0]}\n"
+        "clientConnection:\n  kubeconfig: /nonexistent/kubeconfig.conf\n"
     )
     try:
         yield config, desired
@@ -319,7 +322,9 @@ def test_without_a_proxy_or_a_cluster_show_says_why_it_names_nothing(
 
 def test_the_daemon_answers_owners_beside_metrics(proxy_here: tuple[Path, DesiredState]) -> None:
     config, _ = proxy_here
-    port = int(config.read_text().rsplit(":", 1)[1])
+    found = re.search(r"metricsBindAddress: 127\.0\.0\.1:(\d+)", config.read_text())
+    assert found is not None
+    port = int(found[1])
 
     def get(path: str) -> tuple[int, bytes]:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
