@@ -9,7 +9,6 @@ list, and not a string or a number.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -17,10 +16,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.chart.chart_kit import CHART, render_files
+from tests.requires import missing
 
 KEYWORDS = frozenset(
     {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
@@ -88,10 +87,7 @@ def rule_expressions(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
-        message = "promtool is missing (Debian's prometheus package)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("promtool is missing (Debian's prometheus package)")
     return found
 
 

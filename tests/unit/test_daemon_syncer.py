@@ -341,18 +341,18 @@ def annotated(index: int, scheduler: str) -> dict[str, Any]:
     return obj
 
 
+def quarantining(fake: RecordingKernel, clock: Clock) -> tuple[Quarantine, Syncer]:
+    """A syncer whose refusals wait in quarantine, as the daemon's, and no periodic full sync."""
+    kernel = fake.kernel()
+    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
+    reconciler = Reconciler(kernel, clock=clock, quarantine=held)
+    return held, Syncer(kernel, Settings(), 3600.0, reconciler=reconciler, clock=clock)
+
+
 def test_a_service_whose_scheduler_the_kernel_cannot_load_never_makes_a_sync_full() -> None:
     clock = Clock()
     fake = RecordingKernel(schedulers=SCHEDULERS - {"sed"})
-    kernel = fake.kernel()
-    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
-    syncer = Syncer(
-        kernel,
-        Settings(),
-        sync_period=3600.0,
-        reconciler=Reconciler(kernel, clock=clock, quarantine=held),
-        clock=clock,
-    )
+    held, syncer = quarantining(fake, clock)
     objects = replaced(cluster(50), annotated(7, "sed"))
     refused = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
 
@@ -387,15 +387,7 @@ def test_a_sysctl_the_proxy_may_not_write_is_one_named_refusal_and_never_makes_a
     clock = Clock()
     fake = RecordingKernel()
     fake.sysctl.read_only = True
-    kernel = fake.kernel()
-    held = Quarantine()
-    syncer = Syncer(
-        kernel,
-        Settings(),
-        sync_period=3600.0,
-        reconciler=Reconciler(kernel, clock=clock, quarantine=held),
-        clock=clock,
-    )
+    held, syncer = quarantining(fake, clock)
     objects = cluster(20)
 
     first = syncer.sync(snapshot(objects), [])
