@@ -282,9 +282,12 @@ def sync(
 
 
 @contextmanager
-def _progress_bar() -> Iterator[Progress]:
-    """click's progress bar over the IPVS writes, on stderr while it is a terminal (click
-    draws nothing elsewhere)."""
+def _progress_bar() -> Iterator[Progress | None]:
+    """click's progress bar over the IPVS writes, on stderr while it is a terminal; None
+    elsewhere (click would still print its label once, into a log or a captured stream)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
     bars: list[ProgressBar[int]] = []
 
     def shown(done: int, total: int) -> None:

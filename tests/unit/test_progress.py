@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
+from click.testing import CliRunner
 
+from ipvsproxy import cli
 from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import TransportProtocol, VirtualServerKey
 from ipvsproxy.reconcile.apply import PROGRESS_STEP
 from ipvsproxy.reconcile.reconciler import Reconciler
@@ -48,3 +54,24 @@ def test_progress_is_logged_only_for_a_long_sync_and_then_every_few_seconds(
         "programming IPVS: 3000 of 121000 writes done",
         "programming IPVS: 5000 of 121000 writes done",
     ]
+
+
+def test_sync_once_draws_no_bar_where_stderr_is_no_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A log or a captured stream gets no progress bar, nor click's label for one."""
+    fake = FakeKernel()
+
+    @contextmanager
+    def opened() -> Iterator[Kernel]:
+        yield fake.kernel()
+
+    monkeypatch.setattr(cli, "real_kernel", opened)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    monkeypatch.setattr(cli, "check_schedulers", lambda *_: None)
+    args = ["sync", "--once", "--source", "examples/cluster.yaml", "--hostname-override", "node-a"]
+    result = CliRunner().invoke(cli.main, [*args, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert json.loads(result.stdout)["failures"] == []
+    assert len(fake.ipvs.dump()) == 8
