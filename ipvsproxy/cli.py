@@ -144,6 +144,9 @@ _PROXY_FLAGS = (
     click.option("--service-external-ip-range", metavar="CIDRS", multiple=True,
                  help="Accept externalIPs only inside these CIDRs (repeatable, or comma-"
                  "separated); others are ignored with a warning [default: any]."),
+    click.option("--service-node-port-range", metavar="LOW-HIGH",
+                 help="Serve nodePorts and healthCheckNodePorts only inside this range, as "
+                 "kube-apiserver's flag of that name allocates them [default: 30000-32767]."),
     click.option("--api-timeout", metavar="DURATION",
                  help="The longest a one-shot read of the cluster from the API server may "
                  "take, however slowly it answers [default: 60s]."),
@@ -180,10 +183,18 @@ def _resolve(ctx: click.Context) -> Resolved:
         _fail(str(error))
 
 
+def _require_node_name(config: ProxyConfig) -> None:
+    """Exit 2 in one line when the node's name, needed now, is the host name and no node name
+    (a command that reads no cluster never needs it)."""
+    if config.hostname_problem:
+        _fail(config.hostname_problem)
+
+
 def _snapshot(
     source: Path | None, config: ProxyConfig, allow_empty: bool
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
+    _require_node_name(config)
     if source is not None:
         try:
             return load_snapshot(
@@ -420,6 +431,14 @@ def _read_ipvs(ipvs: IPVSKernel, only: Collection[VirtualServerKey] | None) -> I
     return MappingProxyType({key: state for key, state in found if state is not None})
 
 
+def _cluster_asked(ctx: click.Context) -> bool:
+    """Whether the command line names where the cluster is: --source, --kubeconfig, --master."""
+    return ctx.params["source"] is not None or any(
+        ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        for name in ("kubeconfig", "master")
+    )
+
+
 def _owners(
     ctx: click.Context, config: ProxyConfig, service: ObjectKey | None
 ) -> tuple[Owners | None, str]:
@@ -427,11 +446,7 @@ def _owners(
     first; then the proxy running here; then the API server (the config file's kubeconfig,
     or in-cluster)."""
     source: Path | None = ctx.params["source"]
-    asked = any(
-        ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
-        for name in ("kubeconfig", "master")
-    )
-    if source is not None or asked:
+    if _cluster_asked(ctx):
         return owners_of(_desired_state(source, config), service), ""
     answer = ask_daemon(config.metrics_bind_address, service)
     if isinstance(answer, OwnersAnswer):
@@ -460,6 +475,8 @@ def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -
     """
     only = _service_filter(service)
     config = _resolve_config(ctx)
+    if _cluster_asked(ctx):
+        _require_node_name(config)
     _check(require_net_admin)
     with ExitStack() as stack:
         ipvs = _open_kernel(stack).ipvs
@@ -525,19 +542,21 @@ def run(
         return
     # Here, not at the top: the daemon brings the kubernetes client and prometheus_client, a
     # second of imports inside the lab that sync --once, show and cleanup never use.
+    from ipvsproxy.daemon.errors import DaemonError  # noqa: PLC0415
     from ipvsproxy.daemon.main import serve_daemon  # noqa: PLC0415
 
-    _run_or_fatal(
-        logging_format,
-        partial(
-            serve_daemon,
+    def serve() -> None:
+        if resolved.config.hostname_problem:
+            raise DaemonError(resolved.config.hostname_problem)
+        serve_daemon(
             resolved.config,
             ctx.params["source"],
             verbosity,
             traffic_metrics=traffic_metrics,
             warnings=resolved.warnings,
-        ),
-    )
+        )
+
+    _run_or_fatal(logging_format, serve)
 
 
 def _run_or_fatal(logging_format: str, work: Callable[[], int | None]) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import http.client
 import os
 
-from ipvsproxy.daemon.http import UNSPECIFIED_HOSTS, parse_bind_address
+from ipvsproxy.config import parse_bind_address
+from ipvsproxy.daemon.http import UNSPECIFIED_HOSTS
 from ipvsproxy.model import ObjectKey
 from ipvsproxy.owners import MAX_BODY, PATH, OwnersAnswer, parse_owners
 
