@@ -1,7 +1,8 @@
 """The PrometheusRule and the Grafana dashboard the chart ships: off by default, each
 expression accepted by promtool, each alert firing on the series it is about and quiet
 without them. That every metric they name is exported is checked against a running daemon
-(tests/api/test_observability_scrape.py)."""
+(tests/api/test_daemon_api.py) and against the chart's pod in the lab
+(tests/kernel/test_chart_sysctl_lab.py)."""
 
 from __future__ import annotations
 
