@@ -292,7 +292,14 @@ def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
     labels = {"kind": "virtual_server", "reason": "scheduler_unavailable"}
     assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
     assert_promtool_accepts(get(running.metrics, "/metrics")[1])
-    assert eventually(lambda: len(events()) == 1)
+
+    def written() -> dict[str, float]:
+        results = ("created", "patched", "filtered", "dropped", "failed")
+        return {
+            result: running.sample("ipvsproxy_events_total", result=result) for result in results
+        }
+
+    assert eventually(lambda: len(events()) == 1), (events(), written())
     (event,) = events()
     assert event["involvedObject"] == {
         "kind": "Service",
