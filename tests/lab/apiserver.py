@@ -14,17 +14,15 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlencode
 
 from tests.api.fake_apiserver import KINDS as FAKE_KINDS
 from tests.api.fake_apiserver import FakeApiServer
+from tests.api.kube import KINDS, Kube, path
 from tests.controlplane.cluster import ApiError, ControlPlane
 
 JsonObject = dict[str, Any]
-FIELD_MANAGER = "ipvsproxy-e2e"
 _NOT_FOUND = 404
 
 
@@ -43,32 +41,9 @@ class ClusterApi(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
-    api_version: str
-    plural: str
-    namespaced: bool = True
-    # Its status is written apart from it (the API server ignores a status on create).
-    has_status: bool = False
-
-    def path(self, namespace: str = "", name: str = "", subresource: str = "") -> str:
-        prefix = f"/apis/{self.api_version}" if "/" in self.api_version else "/api/v1"
-        parts = [prefix, f"namespaces/{namespace}" if self.namespaced else "", self.plural]
-        return "/".join(part for part in (*parts, name, subresource) if part)
-
-
-KINDS = {
-    "Namespace": Kind("v1", "namespaces", namespaced=False),
-    "Node": Kind("v1", "nodes", namespaced=False, has_status=True),
-    "Service": Kind("v1", "services", has_status=True),
-    "EndpointSlice": Kind("discovery.k8s.io/v1", "endpointslices"),
-    "Pod": Kind("v1", "pods", has_status=True),
-    "ServiceAccount": Kind("v1", "serviceaccounts"),
-}
-
-
 def _namespace(obj: JsonObject) -> str:
-    return str(obj["metadata"].get("namespace") or "default")
+    namespace = obj["metadata"].get("namespace") or "default"
+    return str(namespace) if KINDS[obj["kind"]].namespaced else ""
 
 
 class RealApiServer:
@@ -76,6 +51,8 @@ class RealApiServer:
 
     def __init__(self, control_plane: ControlPlane) -> None:
         self.control_plane = control_plane
+        # Server-side apply into "default" unless an object names its namespace.
+        self._kube = Kube(control_plane, "default", control_plane.folder)
         self._namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
     @property
@@ -88,44 +65,32 @@ class RealApiServer:
         return [self._apply(obj) for obj in objects]
 
     def _apply(self, obj: JsonObject) -> JsonObject:
-        kind = KINDS[obj["kind"]]
-        namespace = _namespace(obj) if kind.namespaced else ""
+        namespace = _namespace(obj)
         if namespace and namespace not in self._namespaces:
-            self._apply({"kind": "Namespace", "metadata": {"name": namespace}})
+            self._kube.apply({"kind": "Namespace", "metadata": {"name": namespace}})
             self._namespaces.add(namespace)
-        body = {**obj, "apiVersion": kind.api_version}
+        body = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
         status = body.pop("status", None)
-        stored = self._server_side_apply(kind.path(namespace, obj["metadata"]["name"]), body)
-        if status and kind.has_status:
+        stored = self._kube.apply(body)
+        if status:
             stored = self.apply_status(obj)
-        return stored
+        return {**stored, "kind": obj["kind"]}
 
     def apply_status(self, obj: JsonObject) -> JsonObject:
         """Write ``obj``'s status (a Service's load balancer, a Pod's readiness), as its
         controller or kubelet would: a merge patch, lists replaced whole (server-side apply
         refuses a dual-stack Node's two InternalIP addresses, its lists being keyed by type)."""
-        kind = KINDS[obj["kind"]]
-        namespace = _namespace(obj) if kind.namespaced else ""
         stored = self.control_plane.request(
             "PATCH",
-            kind.path(namespace, obj["metadata"]["name"], "status"),
+            path(obj["kind"], _namespace(obj), obj["metadata"]["name"], "status"),
             {"status": obj["status"]},
             content_type="application/merge-patch+json",
         )
         return {**stored, "kind": obj["kind"]}
 
-    def _server_side_apply(self, path: str, body: JsonObject) -> JsonObject:
-        query = urlencode({"fieldManager": FIELD_MANAGER, "force": "true"})
-        stored = self.control_plane.request(
-            "PATCH", f"{path}?{query}", body, content_type="application/apply-patch+yaml"
-        )
-        return {**stored, "kind": body["kind"]}
-
     def get(self, obj: JsonObject) -> JsonObject:
         """``obj`` as the server has it now."""
-        kind = KINDS[obj["kind"]]
-        namespace = _namespace(obj) if kind.namespaced else ""
-        stored = self.control_plane.request("GET", kind.path(namespace, obj["metadata"]["name"]))
+        stored = self._kube.get(obj["kind"], obj["metadata"]["name"], _namespace(obj))
         return {**stored, "kind": obj["kind"]}
 
     def delete(self, *objects: JsonObject, grace_seconds: int | None = None) -> None:
@@ -133,11 +98,9 @@ class RealApiServer:
         (a Pod on a node without a kubelet stays terminating for ever unless it is 0)."""
         query = "" if grace_seconds is None else f"?gracePeriodSeconds={grace_seconds}"
         for obj in objects:
-            kind = KINDS[obj["kind"]]
-            namespace = _namespace(obj) if kind.namespaced else ""
             try:
                 self.control_plane.request(
-                    "DELETE", kind.path(namespace, obj["metadata"]["name"]) + query
+                    "DELETE", path(obj["kind"], _namespace(obj), obj["metadata"]["name"]) + query
                 )
             except ApiError as error:
                 if error.status != _NOT_FOUND:
@@ -147,11 +110,13 @@ class RealApiServer:
         """Delete each object from etcd itself, as another API server of the cluster would
         while this one is down (a deletion is the removal of the object's key)."""
         for obj in objects:
-            kind = KINDS[obj["kind"]]
             # The API server keeps Services under "services/specs", the rest under their plural.
-            resource = "services/specs" if obj["kind"] == "Service" else kind.plural
-            namespace = f"{_namespace(obj)}/" if kind.namespaced else ""
-            key = f"/registry/{resource}/{namespace}{obj['metadata']['name']}"
+            plural = KINDS[obj["kind"]].plural
+            resource = "services/specs" if plural == "services" else plural
+            namespace = _namespace(obj)
+            key = "/".join(
+                part for part in ("/registry", resource, namespace, obj["metadata"]["name"]) if part
+            )
             assert self.control_plane.etcd_delete(key) == 1, f"etcd had no {key}"
 
     @contextmanager
