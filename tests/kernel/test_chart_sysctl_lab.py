@@ -67,6 +67,11 @@ def _scrape() -> str:
     return text if status == 200 else ""
 
 
+def _scraped(name: str, **labels: str) -> float:
+    """One sample's value in a scrape made now."""
+    return _sample(_scrape(), name, **labels)
+
+
 @contextmanager
 def _running(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
     with log.open("w") as output:
@@ -120,10 +125,8 @@ def test_the_default_pod_sets_the_sysctls_its_unprivileged_proxy_cannot(
         with _running(*_started(proxy, objects, tmp_path / "first"), log):
             wait_for(lambda: "TCP  10.96.0.80:80 rr" in sh("ipvsadm", "-Ln"), log)
             wait_for(
-                lambda: _sample(_scrape(), "ipvsproxy_objects_in_quarantine",
-                                **EROFS) >= len(NEEDED),
-                log,
-            )  # fmt: skip
+                lambda: _scraped("ipvsproxy_objects_in_quarantine", **EROFS) >= len(NEEDED), log
+            )
             metrics = _scrape()
             held = _sample(
                 metrics, "ipvsproxy_objects_in_quarantine", kind="sysctl", reason="EROFS"
@@ -137,10 +140,8 @@ def test_the_default_pod_sets_the_sysctls_its_unprivileged_proxy_cannot(
             apiserver.apply(_service(NEW_SERVICE_IP))
             wait_for(lambda: f"TCP  {NEW_SERVICE_IP}:80 rr" in sh("ipvsadm", "-Ln"), log)
             wait_for(
-                lambda: _sample(_scrape(), "ipvsproxy_syncs_total",
-                                mode="incremental", result="ok") >= 1,
-                log,
-            )  # fmt: skip
+                lambda: _scraped("ipvsproxy_syncs_total", mode="incremental", result="ok") >= 1, log
+            )
             # The refusal did not turn the next sync full (a periodic one may have come), and
             # no sync counts as failed for it.
             after = _scrape()
@@ -171,11 +172,7 @@ def test_the_default_pod_sets_the_sysctls_its_unprivileged_proxy_cannot(
         # 3. The proxy again, as unprivileged as before: nothing left to refuse.
         log = tmp_path / "after-init.log"
         with _running(*_started(proxy, objects, tmp_path / "second"), log):
-            wait_for(
-                lambda: _sample(_scrape(), "ipvsproxy_syncs_total",
-                                mode="full", result="ok") >= 1,
-                log,
-            )  # fmt: skip
+            wait_for(lambda: _scraped("ipvsproxy_syncs_total", mode="full", result="ok") >= 1, log)
             metrics = _scrape()
             assert "kernel refused" not in log.read_text()
             held = _sample(
