@@ -24,6 +24,7 @@ from ipvsproxy.model import (
     PlanOp,
     RealServer,
     RealServerRef,
+    ReplaceIPSet,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -141,6 +142,7 @@ def _summary_lines(plan: SyncPlan) -> list[str]:
         lines.append(f"+ {len(created)} ipsets: {_listed(created)}")
     if added or deleted:
         lines.append(f"~ ipset entries: {added} to add, {deleted} to delete")
+    lines += [f"~ {describe(op)}" for op in plan.ipsets if isinstance(op, ReplaceIPSet)]
     if plan.iptables:
         families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
         lines.append(f"~ iptables chains ({families}): restored where they differ")

@@ -26,6 +26,7 @@ from ipvsproxy.model import (
     IPVSOp,
     RealServer,
     RealServerKey,
+    ReplaceIPSet,
     TransportProtocol,
     UpdateVirtualServer,
     VirtualServer,
@@ -147,3 +148,18 @@ def test_kube_proxy_s_scheduler_is_changed_in_place_never_recreated() -> None:
         op.key.address == UNLISTED for op in adopted.applied if isinstance(op, DeleteVirtualServer)
     )
     assert set(fake.ipvs.dump()) == {k for k in kube_proxy.virtual_servers if k.address != UNLISTED}
+
+
+def test_a_set_of_kube_proxy_s_with_other_options_is_swapped_for_ours_while_rules_use_it() -> None:
+    fake, _ = kube_proxy_node()
+    name = "KUBE-CLUSTER-IP"
+    theirs = fake.ipsets.list_sets()[name]
+    fake.ipsets.plant(replace(theirs, spec=replace(theirs.spec, options=("maxelem 1024",))))
+    fake.ipsets.hold(name)  # the iptables rules match it: it can never be destroyed
+
+    adopted = Reconciler(fake.kernel()).sync(translate(snapshot(), Settings()))
+
+    replaced = [op for op in adopted.applied if isinstance(op, ReplaceIPSet)]
+    assert adopted.ok and [op.content.spec.name for op in replaced] == [name]
+    assert fake.ipsets.list_sets()[name] == theirs
+    assert Reconciler(fake.kernel()).plan(translate(snapshot(), Settings())).ipsets == ()
