@@ -73,6 +73,9 @@ def test_a_node_is_taken_over_from_kube_proxy_and_handed_back_without_a_failed_r
     for switch in (takeover, handback):
         report = switch.report
         assert report.failed == [], f"{switch.name}: {report.failed[:10]}"
+        # A TCP retransmission means a packet was dropped on the way, even if the request
+        # then succeeded: a brief black hole.
+        assert report.retransmitted == [], f"{switch.name}: {report.retransmitted[:10]}"
         assert report.long_lived_lost == [], f"{switch.name}: {report.long_lived_lost}"
         assert report.long_lived_kept > 0 and report.requests > 0
     # One backend for the sticky client from before the takeover to after the hand-back.

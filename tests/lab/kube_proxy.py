@@ -24,8 +24,9 @@ from tests.lab.netns import Client
 from tests.lab.traffic import http_get, wait_until
 
 # A bound for a hung kube-proxy, never a timer: Go starts slowly inside UML (seconds), and
-# its first sync writes one ipset entry per process it starts.
-START_TIMEOUT = 600.0
+# its first sync starts one `ipset add` process per entry, 2,000 at 1,000 Services, each
+# 0.1 s inside a lab on a loaded host.
+START_TIMEOUT = 900.0
 STOP_TIMEOUT = 30.0
 LAST_SYNC = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 LOG_TAIL_BYTES = 6000

@@ -29,7 +29,7 @@ from typing import Any
 from ipvsproxy.kernel.iptables.backend import detect_backend
 from tests.controlplane.bulk import create_all
 from tests.controlplane.cluster import ADMIN_TOKEN, ControlPlane
-from tests.lab.daemon import Daemon, stop_and_check
+from tests.lab.daemon import LAST_SYNC, Daemon, stop_and_check
 from tests.lab.kernel_state import ipvs_table
 from tests.lab.kube_proxy import KubeProxy, KubeProxySettings
 from tests.lab.load import Load, PhaseReport, Target
@@ -129,7 +129,9 @@ def _service(name: str, ports: list[JsonObject], **spec: Any) -> JsonObject:
     }
 
 
-def _slice(service: str, addresses: list[str], ports: list[JsonObject]) -> JsonObject:
+def _slice(
+    service: str, addresses: list[str], ports: list[JsonObject], node: str = NODE
+) -> JsonObject:
     return {
         "kind": "EndpointSlice",
         "metadata": {
@@ -139,7 +141,7 @@ def _slice(service: str, addresses: list[str], ports: list[JsonObject]) -> JsonO
         },
         "addressType": "IPv4",
         "endpoints": [
-            {"addresses": [address], "conditions": {"ready": True}, "nodeName": NODE}
+            {"addresses": [address], "conditions": {"ready": True}, "nodeName": node}
             for address in addresses
         ],
         "ports": ports,
@@ -152,8 +154,10 @@ def _port(protocol: str, **extra: Any) -> JsonObject:
 
 def cluster_objects(services: int, backends: dict[str, str]) -> list[JsonObject]:
     """``services`` Services and their EndpointSlices: the loaded ones on ``backends`` (pod
-    name -> address), then fillers with two endpoints each that no traffic reaches (one in 100
-    a NodePort, one in 250 with an external IP)."""
+    name -> address), then fillers with two endpoints each on other nodes, which no traffic
+    reaches (one in 100 a NodePort, one in 250 with an external IP). Endpoints on other nodes,
+    as most are in a cluster: kube-proxy starts one ipset process per local endpoint's
+    KUBE-LOOP-BACK entry, seconds each inside a loaded lab."""
     both = [_port("TCP"), _port("UDP")]
     slice_ports = [
         {"name": "tcp", "port": 8080, "protocol": "TCP"},
@@ -179,7 +183,7 @@ def cluster_objects(services: int, backends: dict[str, str]) -> list[JsonObject]
             spec["externalIPs"] = [f"10.250.200.{index // 250 + 1}"]
         endpoints = [f"10.245.{index // 250}.{index % 250 + 1}", f"10.246.{index // 250}.{1}"]
         objects.append(_service(name, [_port("TCP")], **spec))
-        objects.append(_slice(name, endpoints, slice_ports[:1]))
+        objects.append(_slice(name, endpoints, slice_ports[:1], node="node-b"))
     return objects
 
 
@@ -215,9 +219,9 @@ def pods(node: Node) -> Iterator[dict[str, Pod]]:
             node.remove_pod(pod)
 
 
-def _ipvs_writes_logged(daemon: Daemon, first: int) -> tuple[str, ...]:
-    """The IPVS operations the daemon logged as applied, from log line ``first`` on."""
-    lines = daemon.log().splitlines()[first:]
+def _ipvs_writes_logged(daemon: Daemon) -> tuple[str, ...]:
+    """The IPVS operations the daemon logged as applied."""
+    lines = daemon.log().splitlines()
     applied = (line.split(APPLIED, 1)[1] for line in lines if APPLIED in line)
     return tuple(text for text in applied if any(word in text for word in IPVS_WRITE_WORDS))
 
@@ -259,6 +263,7 @@ def run_takeover(
 ) -> Outcome:
     """The whole scenario; the caller made ``node`` and started ``plane`` on its address."""
     backend = detect_backend()
+    folder.mkdir(parents=True, exist_ok=True)
     kubeconfig = plane.write_kubeconfig(folder / "kubeconfig", ADMIN_TOKEN)
     kube_proxy = KubeProxy(binaries, folder, KubeProxySettings(kubeconfig), backend)
     with pods(node) as made:
@@ -320,14 +325,18 @@ def _switches(load: Load, kube_proxy: KubeProxy, folder: Path) -> tuple[Check, S
         check = takeover_check(kube_proxy.config)
         daemon = Daemon(None, folder / "ipvsproxy.log", "-v", "4", config=kube_proxy.config)
         switched = kube_proxy.stop()
-        first_log_line = len(daemon.log().splitlines())
-        daemon.start()
-        ours_first = daemon.metrics().value("kubeproxy_sync_proxy_rules_last_timestamp_seconds")
-        writes = _ipvs_writes_logged(daemon, first_log_line)
-        time.sleep(SETTLE)
-        before = ipvs_table()
-        handed = time.time()
-        stop_and_check(daemon)
+        try:
+            daemon.start()
+            ours_first = daemon.metrics().value(LAST_SYNC)
+            time.sleep(SETTLE)
+            # Every IPVS write of ipvsproxy's stay, the first sync's and any after.
+            writes = _ipvs_writes_logged(daemon)
+            before = ipvs_table()
+            handed = time.time()
+            stop_and_check(daemon)
+        finally:
+            if daemon.alive:
+                daemon.process.kill()
         back = time.time()
         kube_proxy.start()
         kube_proxy_again = kube_proxy.wait_first_sync()
