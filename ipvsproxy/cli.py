@@ -123,6 +123,9 @@ _PROXY_FLAGS = (
     click.option("--api-timeout", metavar="DURATION",
                  help="The longest a one-shot read of the cluster from the API server may "
                  "take, however slowly it answers [default: 60s]."),
+    click.option("--source-max-file-size", metavar="SIZE",
+                 help="The largest --source file read, in bytes or with a suffix (Ki, Mi, "
+                 "Gi, k, M, G); a larger one is refused [default: 64Mi]."),
 )  # fmt: skip
 
 
@@ -161,7 +164,12 @@ def _snapshot(
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
     if source is not None:
         try:
-            return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+            return load_snapshot(
+                source,
+                config.hostname,
+                allow_empty=allow_empty,
+                max_file_size=config.source_max_file_size,
+            )
         except SourceError as error:
             _fail(str(error))
     # Imported here: the kubernetes client takes most of the CLI's start-up time, and a

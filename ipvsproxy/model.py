@@ -140,6 +140,8 @@ class Service:
     # metadata.creationTimestamp (RFC 3339, UTC, so it orders as text); "" when unknown.
     # Between two services claiming one address, the older keeps it.
     created: str = ""
+    # metadata.uid: events about the service name it, as ``kubectl describe`` looks them up.
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

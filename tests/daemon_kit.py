@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    SCHEDULERS,
     BatchResult,
     IPVSOp,
     IPVSTable,
     IPVSTimeouts,
+    OpError,
     VirtualServerKey,
     VirtualServerState,
 )
@@ -83,9 +85,11 @@ def cluster(services: int, endpoints: int = 2) -> list[dict[str, Any]]:
 class RecordingIPVS:
     """FakeIPVS that remembers every op it was given and every read."""
 
-    def __init__(self) -> None:
-        self.fake = FakeIPVS()
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
+        self.fake = FakeIPVS(schedulers)
         self.ops: list[IPVSOp] = []
+        # Set, an op it answers with an error gets that error instead of being applied.
+        self.failing: Callable[[IPVSOp], OpError | None] | None = None
         self.dumps = 0
         # The virtual servers read one by one, in order.
         self.reads: list[VirtualServerKey] = []
@@ -105,7 +109,9 @@ class RecordingIPVS:
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()
         self.ops += ops
-        return self.fake.apply(ops)
+        if self.failing is None:
+            return self.fake.apply(ops)
+        return [self.failing(op) or self.fake.apply([op])[0] for op in ops]
 
     def timeouts(self) -> IPVSTimeouts:
         self._check()
@@ -121,9 +127,9 @@ class RecordingIPVS:
 
 
 class RecordingKernel(FakeKernel):
-    def __init__(self) -> None:
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
         super().__init__()
-        self.recording = RecordingIPVS()
+        self.recording = RecordingIPVS(schedulers)
 
     def kernel(self) -> Kernel:
         return Kernel(

@@ -20,6 +20,7 @@ from ipvsproxy.cluster.connection import (
     ApiConnection,
     ApiError,
     LineStream,
+    OversizedLine,
     open_stream,
     request_json,
 )
@@ -30,6 +31,8 @@ from ipvsproxy.translate.translate import PROXY_NAME_LABEL
 HEADLESS_LABEL = "service.kubernetes.io/headless"
 # client-go's pager default.
 PAGE_SIZE = 500
+# client-go's streaming decoder refuses a watch event longer than this.
+MAX_EVENT_BYTES = 16 << 20
 _GONE = 410
 _NOT_FOUND = 404
 
@@ -70,6 +73,13 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         return str(self.object.get("metadata", {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedEvent:
+    """A line of a watch stream that is not an event we can use; ``reason`` is one line."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +209,24 @@ def list_all(
     return Listing(items, version)
 
 
-def _watch_event(line: bytes, resource: Resource) -> WatchEvent:
+def decode_watch_line(
+    line: bytes | OversizedLine, resource: Resource
+) -> WatchEvent | MalformedEvent:
+    """The event on one line of a watch stream; an ERROR event raises ApiError with its code."""
+    sent = f"watching {resource.plural}: the API server sent"
+    if isinstance(line, OversizedLine):
+        return MalformedEvent(
+            f"{sent} an event of {line.size} bytes or more, over the bound of {MAX_EVENT_BYTES}"
+        )
     try:
         raw = json.loads(line)
+    except RecursionError:
+        return MalformedEvent(f"{sent} an event nested too deep to decode")
     except ValueError:
-        raw = None
-    if not isinstance(raw, dict) or not isinstance(raw.get("object"), dict):
-        raise ApiError(f"watching {resource.plural}: the API server sent a malformed event")
-    obj: dict[str, Any] = raw["object"]
+        return MalformedEvent(f"{sent} an event that is not JSON")
+    obj = raw.get("object") if isinstance(raw, dict) else None
+    if not isinstance(obj, dict):
+        return MalformedEvent(f"{sent} an event without an object")
     if raw.get("type") == "ERROR":
         code = obj.get("code")
         message = obj.get("message") or obj.get("reason") or "unknown error"
@@ -217,9 +237,10 @@ def _watch_event(line: bytes, resource: Resource) -> WatchEvent:
     try:
         event_type = EventType(str(raw.get("type")))
     except ValueError:
-        raise ApiError(
-            f"watching {resource.plural}: unknown event type {raw.get('type')!r}"
-        ) from None
+        return MalformedEvent(f"{sent} an event of unknown type {str(raw.get('type'))[:40]!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("resourceVersion", ""), str):
+        return MalformedEvent(f"{sent} a {event_type} event whose metadata is not an object")
     return WatchEvent(event_type, {**obj, "kind": resource.kind})
 
 
@@ -229,11 +250,13 @@ def watch(
     selectors: Selectors,
     resource_version: str,
     timeout_seconds: int,
-) -> tuple[LineStream, Iterator[WatchEvent]]:
+) -> tuple[LineStream, Iterator[WatchEvent | MalformedEvent]]:
     """Open a watch from ``resource_version``: the stream (to close) and its events.
 
     The events end when the server ends the stream after ``timeout_seconds``. An ERROR
     event raises ApiError with the Status code: 410 means the version is too old, relist.
+    A line that is no usable event (not JSON, nested too deep, of the wrong shape, longer than
+    MAX_EVENT_BYTES) comes as a MalformedEvent, and the stream goes on.
     A stream silent for longer than the timeout plus the read timeout is taken as dead.
     """
     stream = open_stream(
@@ -241,13 +264,14 @@ def watch(
         f"watching {resource.plural}",
         resource.list_call(api.client),
         read_timeout=timeout_seconds + api.timeouts.read,
+        max_line=MAX_EVENT_BYTES,
         watch=True,
         allow_watch_bookmarks=True,
         resource_version=resource_version,
         timeout_seconds=timeout_seconds,
         **selectors.params(),
     )
-    return stream, (_watch_event(line, resource) for line in stream)
+    return stream, (decode_watch_line(line, resource) for line in stream)
 
 
 def get_node(api: ApiConnection, name: str) -> dict[str, Any] | None:

@@ -7,9 +7,13 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
 * watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
   forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
-* 410 Gone (the version fell out of the server's history) means list again;
+* 410 Gone (the version fell out of the server's history) means list again, after a backoff
+  of its own, the same doubling with jitter (a server that answers every watch with 410 must
+  not be listed in a loop: 283 Node lists in 19 s, and every proxy of a cluster does it);
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
-  a doubling backoff, then watch again from the same version.
+  a doubling backoff, then watch again from the same version;
+* a line of the stream that is no usable event (not JSON, nested too deep, the wrong shape,
+  over 16 MiB) is skipped with one log line, counted, and the stream read on.
 
 Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
 """
@@ -21,6 +25,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -30,6 +35,7 @@ from ipvsproxy.cluster.api import (
     PAGE_SIZE,
     SERVICES,
     EventType,
+    MalformedEvent,
     Resource,
     Selectors,
     WatchEvent,
@@ -54,6 +60,7 @@ from ipvsproxy.model import (
     Rejection,
     Service,
 )
+from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,8 @@ class InformerHooks:
     relisted: Callable[[str], None] = _ignore
     # A watch started again after its stream ended or failed.
     watch_restarted: Callable[[str], None] = _ignore
+    # A watch stream carried a line that is no usable event (skipped).
+    malformed_event: Callable[[str], None] = _ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +245,10 @@ class Reflector(Generic[T]):
         count = 0
         try:
             for event in events:
+                if isinstance(event, MalformedEvent):
+                    log.warning("%s; skipped it", event.reason)
+                    self._hooks.malformed_event(self.resource.plural.lower())
+                    continue
                 self._apply(event)
                 count += 1
         finally:
@@ -247,6 +260,10 @@ class Reflector(Generic[T]):
         """List, then watch, until ``stop`` is set (then call ``close``); never raises."""
         must_list = True
         delays = self._backoff.delays()
+        # Relists after 410 back off on their own: the first after an outage need not wait
+        # what the outage's failures piled up, but a server answering 410 to every watch is
+        # listed less and less often.
+        relist_delays = self._backoff.delays()
         watched = False
         while not stop.is_set():
             try:
@@ -258,6 +275,7 @@ class Reflector(Generic[T]):
                     must_list = False
                 if self.watch_once():
                     delays = self._backoff.delays()
+                    relist_delays = self._backoff.delays()
                     continue
                 # An empty stream, as client-go's "very short watch": do not hammer the server.
                 delay = next(delays)
@@ -265,11 +283,12 @@ class Reflector(Generic[T]):
                 if stop.is_set():
                     return
                 if error.status == _GONE and not must_list:
-                    log.info("%s; listing %s again", error, self.resource.plural)
+                    delay = next(relist_delays)
+                    log.info("%s; listing %s again in %.1f s", error, self.resource.plural, delay)
                     must_list = True
-                    continue
-                delay = next(delays)
-                log.warning("%s; retrying in %.1f s", error, delay)
+                else:
+                    delay = next(delays)
+                    log.warning("%s; retrying in %.1f s", error, delay)
             # A bug must not end the thread that keeps the proxy's view of the cluster.
             except Exception:
                 delay = next(delays)
@@ -323,6 +342,7 @@ class ClusterInformer:
 
     ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
+    The reflectors' threads are workers of ``workers``.
     """
 
     def __init__(
@@ -336,6 +356,7 @@ class ClusterInformer:
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
         hooks: InformerHooks = InformerHooks(),
+        workers: Supervisor | None = None,
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
@@ -370,26 +391,27 @@ class ClusterInformer:
             self.node,
         )
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._workers = workers or Supervisor()
+        self._running: list[Worker] = []
 
     def start(self) -> None:
-        for reflector in self._reflectors:
-            thread = threading.Thread(
-                target=reflector.run,
-                args=(self._stop,),
-                name=f"informer-{reflector.resource.plural}",
-                daemon=True,
+        self._running = [
+            self._workers.spawn(
+                f"informer-{reflector.resource.plural}",
+                partial(reflector.run, self._stop),
+                stop=self._stop.set,
             )
-            thread.start()
-            self._threads.append(thread)
+            for reflector in self._reflectors
+        ]
 
     def stop(self, timeout: float = 10.0) -> None:
+        for worker in self._running:
+            worker.request_stop()
         self._stop.set()
         for reflector in self._reflectors:
             reflector.close()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads.clear()
+        stop_all(self._running, timeout)
+        self._running.clear()
 
     def wait_for_sync(self, timeout: float) -> bool:
         """True once every resource has been listed, as kube-proxy waits before its first sync."""

@@ -360,6 +360,7 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             ),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
             created=_created(metadata, label, rejections),
+            uid=_str(metadata.get("uid"), "metadata.uid"),
         )
     except ParseError as error:
         return None, [
@@ -599,6 +600,26 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
     return node, rejections
 
 
+ParsedObject = Service | EndpointSlice | Node
+
+
+def parse_object(obj: Any, node_name: str | None) -> tuple[ParsedObject | None, list[Rejection]]:
+    """One manifest object as a snapshot keeps it, with its problems: Services,
+    EndpointSlices and the Node called ``node_name``; other kinds and nodes give None."""
+    if not isinstance(obj, Mapping):
+        return None, [Rejection("object (unnamed)", "not an object")]
+    kind = obj.get("kind")
+    if kind == "Service":
+        return parse_service(obj)
+    if kind == "EndpointSlice":
+        return parse_endpoint_slice(obj)
+    if kind == "Node":
+        node, problems = parse_node(obj)
+        if node is None or node.name == node_name:
+            return node, problems
+    return None, []
+
+
 class SnapshotBuilder:
     """Objects added one at a time, each answered with its own rejections; then the snapshot.
 
@@ -613,26 +634,14 @@ class SnapshotBuilder:
         self._node: Node | None = None
 
     def add(self, obj: Any) -> list[Rejection]:
-        if not isinstance(obj, Mapping):
-            return [Rejection("object (unnamed)", "not an object")]
-        kind = obj.get("kind")
-        if kind == "Service":
-            service, problems = parse_service(obj)
-            if service is not None:
-                self._services[service.key] = service
-            return problems
-        if kind == "EndpointSlice":
-            endpoint_slice, problems = parse_endpoint_slice(obj)
-            if endpoint_slice is not None:
-                self._slices[endpoint_slice.key] = endpoint_slice
-            return problems
-        if kind == "Node":
-            parsed, problems = parse_node(obj)
-            if parsed is None or parsed.name != self._node_name:
-                return problems if parsed is None else []
+        parsed, problems = parse_object(obj, self._node_name)
+        if isinstance(parsed, Service):
+            self._services[parsed.key] = parsed
+        elif isinstance(parsed, EndpointSlice):
+            self._slices[parsed.key] = parsed
+        elif parsed is not None:
             self._node = parsed
-            return problems
-        return []
+        return problems
 
     def build(self) -> tuple[ClusterSnapshot, list[Rejection]]:
         rejections: list[Rejection] = []

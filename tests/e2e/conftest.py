@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from ipvsproxy.cli import main
 from tests.lab.apiserver import LabApiServer
-from tests.lab.daemon import START_TIMEOUT, Daemon, stop_and_check
+from tests.lab.daemon import START_TIMEOUT, Daemon, cleaned_up
 from tests.lab.guard import require_lab
 from tests.lab.kernel_state import virtual_servers
 from tests.lab.netns import Client, Node, Pod
@@ -64,15 +62,8 @@ def running_daemon(
     daemon = Daemon(
         api.kubeconfig, directory / "daemon.log", "--cluster-cidr", CLUSTER_CIDRS, *flags
     )
-    try:
+    with cleaned_up(daemon):
         yield daemon.start(start_timeout)
-        stop_and_check(daemon)
-    finally:
-        if daemon.alive:
-            daemon.process.kill()
-            daemon.process.wait()
-        cleaned = CliRunner().invoke(main, ["cleanup"])
-        assert cleaned.exit_code == 0, cleaned.output
 
 
 @pytest.fixture(scope="module")

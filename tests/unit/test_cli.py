@@ -61,6 +61,8 @@ def _no_ipvs_here(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--healthz-bind-address", "localhost"], "--healthz-bind-address: 'localhost'"),
         (["--metrics-bind-address", "nohost:99"], "--metrics-bind-address"),
         (["--ipvs-sync-period", "soon"], "--ipvs-sync-period 'soon': not a duration"),
+        (["--ipvs-sync-period", "3000000h"], "--ipvs-sync-period '3000000h': at most 24h"),
+        (["--ipvs-tcp-timeout", "99999999999h"], "--ipvs-tcp-timeout '99999999999h': at most"),
         (["--v", "loud"], "'loud' is not a verbosity level"),
     ],
 )
@@ -190,6 +192,10 @@ EXAMPLE = "examples/cluster.yaml"
         (["--ipvs-exclude-cidrs", "x"], "ipvsproxy: --ipvs-exclude-cidrs x: not a CIDR"),
         (["--config", "/nonexistent.yaml"], "ipvsproxy: --config /nonexistent.yaml: No such file"),
         (["--masquerade-all=maybe"], "'maybe' is not a valid boolean"),
+        (
+            ["--ipvs-tcp-timeout", "99999999999h"],
+            "ipvsproxy: --ipvs-tcp-timeout '99999999999h': at most 596h31m23s",
+        ),
     ],
 )
 def test_bad_proxy_flags_exit_2_in_one_line(args: list[str], message: str) -> None:

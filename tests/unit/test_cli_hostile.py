@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +176,62 @@ def test_json_plan_lists_each_skip_with_its_category(
     services = {op.get("service") for op in plan["operations"]}
     assert {"kube-system/kube-dns:dns", "kube-system/kube-dns:dns-tcp"} <= services
     assert "kube-system/kube-dns:metrics" in services
+
+
+def _command_exit_2(args: list[str]) -> str:
+    """The command run as a process of its own: a FIFO that blocked it would time out."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ipvsproxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    return done.stderr.strip()
+
+
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_a_fifo_is_refused_in_one_line_without_blocking(tmp_path: Path, option: str) -> None:
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, str(fifo), *extra))
+    assert message.endswith(f"{fifo}: not a regular file but a FIFO; not read")
+
+
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_dev_zero_is_refused_in_one_line(option: str) -> None:
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, "/dev/zero", *extra))
+    assert message.endswith("/dev/zero: not a regular file but a character device; not read")
+
+
+def test_a_config_file_over_one_mebibyte_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("# " + "x" * (1 << 20) + "\n")
+    output = _one_line_exit_2(_dry_run("--config", str(config), "--source", EXAMPLE))
+    assert output == (
+        f"ipvsproxy: --config {config}: {(1 << 20) + 3} bytes, over the bound of 1048576 bytes "
+        "for a config file; not read\n"
+    )
+
+
+def test_a_source_file_over_source_max_file_size_is_refused(tmp_path: Path) -> None:
+    size = Path(EXAMPLE).stat().st_size
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, "--source-max-file-size", "1Ki"))
+    assert output == (
+        f"ipvsproxy: {EXAMPLE}: {size} bytes, over the bound of 1024 bytes "
+        "(--source-max-file-size); not read\n"
+    )
+    allowed = CliRunner().invoke(
+        main, _dry_run("--source", EXAMPLE, "--source-max-file-size", str(size))
+    )
+    assert allowed.exit_code == 0, allowed.output
+
+
+@pytest.mark.parametrize("value", ["64Q", "-1", "0", "1.5Mi"])
+def test_a_bad_source_max_file_size_is_a_usage_error(value: str) -> None:
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, f"--source-max-file-size={value}"))
+    assert output.startswith(f"ipvsproxy: --source-max-file-size {value!r}: ")

@@ -350,3 +350,63 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_not_go_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+# -- durations within stated bounds --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        (
+            "--ipvs-tcp-timeout",
+            "99999999999h",
+            "--ipvs-tcp-timeout '99999999999h': at most 596h31m23s (2147483 s, the kernel's",
+        ),
+        ("--ipvs-tcpfin-timeout", "596h31m24s", "--ipvs-tcpfin-timeout '596h31m24s': at most"),
+        ("--ipvs-udp-timeout", "1" + "0" * 400 + "s", "--ipvs-udp-timeout '1000"),
+        ("--ipvs-sync-period", "3000000h", "--ipvs-sync-period '3000000h': at most 24h"),
+        ("--ipvs-min-sync-period", "24h0m1s", "--ipvs-min-sync-period '24h0m1s': at most 24h"),
+        ("--api-timeout", "25h", "--api-timeout '25h': at most 24h"),
+        ("--api-timeout", "0s", "--api-timeout '0s': must be positive"),
+    ],
+)
+def test_durations_beyond_their_bounds_fail_in_one_line(
+    flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({flag: value}, [flag])
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+def test_durations_at_their_bounds_are_accepted() -> None:
+    config = _from_flags(
+        ipvs_tcp_timeout="596h31m23s",
+        ipvs_tcpfin_timeout="2147483s",
+        ipvs_udp_timeout="0s",
+        ipvs_sync_period="24h",
+        ipvs_min_sync_period="24h",
+        api_timeout="24h",
+    )
+    assert config.ipvs_timeouts == IPVSTimeouts(tcp=2147483, tcp_fin=2147483, udp=0)
+    assert config.sync_period == config.min_sync_period == config.api_timeout == 86400.0
+
+
+def test_the_minimum_sync_period_may_not_exceed_the_sync_period_as_in_kube_proxy() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _from_flags(ipvs_sync_period="10s", ipvs_min_sync_period="11s")
+    assert str(raised.value) == (
+        "--ipvs-min-sync-period '11s': longer than --ipvs-sync-period '10s', as kube-proxy refuses"
+    )
+    # A zero sync period is the default one, 30s, which a minimum of 20s is not longer than.
+    assert _from_flags(ipvs_sync_period="0s", ipvs_min_sync_period="20s").min_sync_period == 20
+
+
+def test_a_config_file_duration_beyond_its_bound_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _from_file(tmp_path, "ipvs:\n  udpTimeout: 99999999999h")
+    assert str(raised.value) == (
+        f"--config {tmp_path / 'config.yaml'}: ipvs.udpTimeout '99999999999h': "
+        "at most 596h31m23s (2147483 s, the kernel's limit)"
+    )

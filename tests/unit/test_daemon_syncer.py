@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.syncer import Syncer, SyncMode
 from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.model import (
+    SCHEDULERS,
     AddRealServer,
     ChangedKeys,
     ClusterSnapshot,
@@ -28,10 +31,20 @@ from ipvsproxy.model import (
     TransportProtocol,
     UpdateRealServer,
     VirtualServerKey,
+    virtual_of,
 )
+from ipvsproxy.reconcile.quarantine import Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
-from tests.daemon_kit import NODE, NODE_IP, RecordingKernel, cluster, endpoint_slice, service
+from tests.daemon_kit import (
+    NODE,
+    NODE_IP,
+    RecordingKernel,
+    cluster,
+    endpoint_slice,
+    service,
+    service_ip,
+)
 from tests.unit.test_translate_incremental import Cluster, comparable, step
 from tests.unit.test_translate_rules import ep, eps, svc, vs
 
@@ -319,3 +332,47 @@ def test_an_external_ip_that_is_the_node_address_goes_with_the_service_s_last_us
 
     assert report.result.ok
     assert NODE_IP not in {str(key.address) for key in fake.recording.fake.dump()}
+
+
+def annotated(index: int, scheduler: str) -> dict[str, Any]:
+    obj = service(index)
+    obj["metadata"]["annotations"] = {"ipvsproxy.io/scheduler": scheduler}
+    return obj
+
+
+def test_a_service_whose_scheduler_the_kernel_cannot_load_never_makes_a_sync_full() -> None:
+    clock = Clock()
+    fake = RecordingKernel(schedulers=SCHEDULERS - {"sed"})
+    kernel = fake.kernel()
+    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
+    syncer = Syncer(
+        kernel,
+        Settings(),
+        sync_period=3600.0,
+        reconciler=Reconciler(kernel, clock=clock, quarantine=held),
+        clock=clock,
+    )
+    objects = replaced(cluster(50), annotated(7, "sed"))
+    refused = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
+
+    first = syncer.sync(snapshot(objects), [])
+
+    assert first.mode is SyncMode.FULL
+    assert len(fake.recording.fake.dump()) == 49 and refused not in fake.recording.fake.dump()
+    assert refused in held and not first.result.needs_full
+    modes = []
+    for index in range(1, 6):
+        clock.now = float(index)
+        objects = replaced(objects, endpoint_slice(index, endpoints=3))
+        report = syncer.sync(snapshot(objects), [])
+        modes.append(report.mode)
+        key = VirtualServerKey(TransportProtocol.TCP, ip_address(service_ip(index)), 80)
+        assert len(fake.recording.fake.dump()[key].real_servers) == 3
+    assert modes == [SyncMode.INCREMENTAL] * 5
+    # Its own endpoints changing keeps it waiting, and costs no full sync either.
+    clock.now = 6.0
+    report = syncer.sync(snapshot(replaced(objects, endpoint_slice(7, endpoints=3))), [])
+    assert report.mode is SyncMode.INCREMENTAL and refused in held
+    # Nothing was ever sent for it: the scheduler was tried once, on the probe address.
+    sent = [op for op in fake.take_ops() if virtual_of(op) == refused]
+    assert sent == []
