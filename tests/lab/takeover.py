@@ -100,8 +100,13 @@ class Switch:
             f"{self.rate:.0f} short requests/s, {report.udp_requests} UDP, "
             f"{len(report.retransmitted)} retransmitted, {report.slow} slower than 1 s "
             f"(slowest {report.slowest:.2f} s), affinity {sorted(report.affinity_backends)}; "
-            f"writes: {list(self.ipvs_writes) or 'none'}"
+            f"writes: {_first(self.ipvs_writes)}"
         )
+
+
+def _first(writes: tuple[str, ...], shown: int = 3) -> str:
+    more = f" and {len(writes) - shown} more" if len(writes) > shown else ""
+    return "; ".join(writes[:shown]) + more if writes else "none"
 
 
 @dataclass(frozen=True)
