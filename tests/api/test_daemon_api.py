@@ -101,7 +101,7 @@ def test_until_its_role_allows_every_list_the_daemon_stays_live_and_writes_nothi
 
         # A role without EndpointSlices: the Services and the Node arrive, the slices do not.
         kube.grant("proxy", [reading("", "services", "nodes")])
-        listed = (running.informer.services.synced, running.informer.node.synced)
+        listed = (running.informer.services.synced, running.informer.nodes.synced)
         assert eventually(lambda: all(event.is_set() for event in listed))
         slices_refused = refused("EndpointSlices")
         assert eventually(lambda: refused("EndpointSlices") >= slices_refused + 5)

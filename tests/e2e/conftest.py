@@ -89,6 +89,10 @@ class Pods:
         """A namespace routed through the node, with an address outside the pod network."""
         return self._serving(self.node.add_pod(name, next(self._outside)), ())
 
+    def at(self, name: str, address: str, *ports: int) -> Pod:
+        """A namespace at a chosen address (another node's, say), routed through the node."""
+        return self._serving(self.node.add_pod(name, ipaddress.IPv4Address(address)), ports)
+
     def _serving(self, pod: Pod, ports: tuple[int, ...]) -> Pod:
         self.made.append(pod)
         for port in ports:
