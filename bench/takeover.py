@@ -5,7 +5,8 @@ asserted: the IPVS writes at the takeover, the switch window each way, the reque
 became of them. Run it inside a lab boot with memory for the cluster, from the repository root:
 
 ``IPVSPROXY_LAB_MEM=6G python -m tests.lab --run env PYTHONPATH=. python -m bench.takeover
---services 10000``
+--services 10000 --out bench-results/takeover.json`` (the control plane built first: ``nox -s
+controlplane``).
 
 Creating the Services through the API server inside the lab is its slowest part (about 25
 objects a second on a quiet host); the output says how long it took.
@@ -15,15 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from tests.controlplane.build import located
-from tests.controlplane.cluster import ControlPlane
+from tests.lab.controlplane import LabControlPlane, lab_binaries
 from tests.lab.netns import Node
 from tests.lab.takeover import Outcome, Switch, run_takeover
+
+KUBE_PROXY_FOLDER = Path("/run/ipvsproxy-kube-proxy")
+# The scenario's logs and files, on the lab's tmpfs (gone with the boot).
+SCENARIO_FOLDER = Path("/run/ipvsproxy-takeover")
 
 
 def _switch(switch: Switch) -> dict[str, object]:
@@ -62,20 +65,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=float, default=250.0, help="short requests a second")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    binaries = located()
-    if binaries is None:
+    built = located()
+    if built is None:
         print("bench.takeover: build the control plane first: python -m tests.controlplane.build")
         return 2
     node = Node()
     node.set_up()
-    folder = Path(tempfile.mkdtemp(prefix="takeover-bench-", dir="/run"))
+    lab = LabControlPlane().start()
     try:
-        with ControlPlane(binaries, folder, address=str(node.ipv4)) as plane:
-            outcome = run_takeover(
-                plane, binaries, node, folder / "scenario", services=args.services, rate=args.rate
-            )
+        binaries = lab_binaries(built, KUBE_PROXY_FOLDER, ("kube-proxy",))
+        outcome = run_takeover(
+            lab.ready(), binaries, node, SCENARIO_FOLDER, services=args.services, rate=args.rate
+        )
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        lab.stop()
         node.tear_down()
     text = json.dumps(summary(outcome), indent=2)
     print(text)

@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.cluster import ApiError, ControlPlane
 
 JsonObject = dict[str, Any]
 WRITERS = 8
+NOT_FOUND = 404
 
 API_VERSIONS = {
     "Service": "v1",
@@ -49,3 +50,17 @@ def create_all(plane: ControlPlane, objects: Iterable[JsonObject]) -> list[JsonO
 
     with ThreadPoolExecutor(WRITERS) as pool:
         return list(pool.map(post, objects))
+
+
+def delete_all(plane: ControlPlane, objects: Iterable[JsonObject]) -> None:
+    """DELETE every object, ``WRITERS`` at a time; one already gone is no error."""
+
+    def delete(obj: JsonObject) -> None:
+        try:
+            plane.request("DELETE", f"{collection_path(obj)}/{obj['metadata']['name']}")
+        except ApiError as error:
+            if error.status != NOT_FOUND:
+                raise
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(delete, objects))

@@ -1,13 +1,16 @@
 """The e2e tier: one lab node, a fake API server on its loopback, pods, and the daemon.
 
-The node and the API server live for the whole session. Pods and cluster objects belong to one
-test and go with it; a daemon belongs to a package or a module (starting Python inside the lab
-costs seconds) and leaves no kernel state behind: it stops with SIGTERM, then cleanup runs.
+The node and the API server live for the whole session, and so does the real control plane
+(etcd and kube-apiserver in the boot) for the tests that ask for it. Pods and cluster objects
+belong to one test and go with it; a daemon belongs to a package or a module (starting Python
+inside the lab costs seconds) and leaves no kernel state behind: it stops with SIGTERM, then
+cleanup runs.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +18,10 @@ from typing import Any
 
 import pytest
 
+from tests.controlplane.build import located
+from tests.controlplane.cluster import ControlPlane
 from tests.lab.apiserver import LabApiServer
+from tests.lab.controlplane import LabControlPlane
 from tests.lab.daemon import START_TIMEOUT, Daemon, cleaned_up
 from tests.lab.guard import require_lab
 from tests.lab.kernel_state import virtual_servers
@@ -52,6 +58,22 @@ def api(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabApi
     )
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(node: Node) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver in this boot (``tests/lab/controlplane.py``), once per session,
+    for the tests that run the real kube-proxy: what a test puts in it, it takes out."""
+    if located() is None:
+        reason = "the control plane is not built: run `nox -s controlplane` (or `nox -s e2e`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    lab = LabControlPlane().start()
+    try:
+        yield lab.ready()
+    finally:
+        lab.stop()
 
 
 @contextmanager

@@ -9,10 +9,6 @@ its file without cleanup, then the same backwards. It prints one line per switch
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,40 +17,27 @@ from click.testing import CliRunner
 from ipvsproxy.cli import main
 from tests.controlplane.build import located
 from tests.controlplane.cluster import ControlPlane
+from tests.lab.controlplane import lab_binaries
 from tests.lab.netns import Node
 from tests.lab.takeover import run_takeover
 
 SERVICES = 1000
-# etcd's data and the API server's files: a tmpfs inside the lab (it has no /dev/shm).
-RUN_FOLDER = Path("/run")
-
-
-@pytest.fixture(scope="module")
-def control_plane(node: Node) -> Iterator[tuple[ControlPlane, Path]]:
-    binaries = located()
-    if binaries is None:
-        reason = "the control plane is not built: python -m tests.controlplane.build"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    folder = Path(tempfile.mkdtemp(prefix="takeover-", dir=RUN_FOLDER))
-    plane = ControlPlane(binaries, folder, address=str(node.ipv4))
-    try:
-        yield plane.start(), binaries
-    finally:
-        plane.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+# kube-proxy's binary on the lab's tmpfs: from hostfs each of its pages is read across when
+# first touched, and Go starts slowly enough inside the lab as it is.
+KUBE_PROXY_FOLDER = Path("/run/ipvsproxy-kube-proxy")
 
 
 def test_a_node_is_taken_over_from_kube_proxy_and_handed_back_without_a_failed_request(
     node: Node,
-    control_plane: tuple[ControlPlane, Path],
+    control_plane: ControlPlane,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    plane, binaries = control_plane
+    built = located()
+    assert built is not None, "the control_plane fixture checked the binaries are built"
+    binaries = lab_binaries(built, KUBE_PROXY_FOLDER, ("kube-proxy",))
     try:
-        outcome = run_takeover(plane, binaries, node, tmp_path, services=SERVICES)
+        outcome = run_takeover(control_plane, binaries, node, tmp_path, services=SERVICES)
     finally:
         # kube-proxy's state or ours: the node goes back to the other tests clean.
         CliRunner().invoke(main, ["cleanup"])

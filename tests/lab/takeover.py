@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ipvsproxy.kernel.iptables.backend import detect_backend
-from tests.controlplane.bulk import create_all
-from tests.controlplane.cluster import ADMIN_TOKEN, ControlPlane
+from tests.controlplane.bulk import NOT_FOUND, create_all, delete_all
+from tests.controlplane.cluster import ADMIN_TOKEN, ApiError, ControlPlane
 from tests.lab.daemon import LAST_SYNC, Daemon, stop_and_check
 from tests.lab.kernel_state import ipvs_table
 from tests.lab.kube_proxy import KubeProxy, KubeProxySettings
@@ -38,6 +38,9 @@ from tests.lab.traffic import wait_until
 
 JsonObject = dict[str, Any]
 NODE = "node-a"
+# The test's Services and EndpointSlices, taken out of the shared API server afterwards.
+NAMESPACE = "takeover"
+CONFLICT = 409
 # Two pods behind each loaded cluster IP, and none shared between them: IPVS rewrites only the
 # destination, so one client reaching two cluster IPs from one source port (the kernel hands
 # out a port again for another destination) would otherwise make two flows with one address
@@ -129,7 +132,7 @@ Check = tuple[int, str, tuple[str, ...]]
 def _service(name: str, ports: list[JsonObject], **spec: Any) -> JsonObject:
     return {
         "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"ports": ports, **spec},
     }
 
@@ -141,7 +144,7 @@ def _slice(
         "kind": "EndpointSlice",
         "metadata": {
             "name": f"{service}-1",
-            "namespace": "default",
+            "namespace": NAMESPACE,
             "labels": {"kubernetes.io/service-name": service},
         },
         "addressType": "IPv4",
@@ -192,14 +195,15 @@ def cluster_objects(services: int, backends: dict[str, str]) -> list[JsonObject]
     return objects
 
 
-def node_object() -> JsonObject:
-    return {
-        "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
-    }
-
-
-def set_node_addresses(plane: ControlPlane, node: Node) -> None:
+def ensure_node(plane: ControlPlane, node: Node) -> None:
+    """node-a in the API, with the lab node's addresses (kube-proxy waits for them)."""
+    try:
+        plane.request("GET", f"/api/v1/nodes/{NODE}")
+    except ApiError as error:
+        if error.status != NOT_FOUND:
+            raise
+        create_all(plane, [{"kind": "Node", "metadata": {"name": NODE, "labels": {
+            "kubernetes.io/hostname": NODE}}}])  # fmt: skip
     addresses = [
         {"type": "InternalIP", "address": str(node.ipv4)},
         {"type": "InternalIP", "address": str(node.ipv6)},
@@ -211,6 +215,20 @@ def set_node_addresses(plane: ControlPlane, node: Node) -> None:
         {"status": {"addresses": addresses}},
         content_type="application/merge-patch+json",
     )
+
+
+@contextmanager
+def cluster(plane: ControlPlane, objects: list[JsonObject]) -> Iterator[list[JsonObject]]:
+    """``objects`` in the API server for the block (their namespace made first), then gone."""
+    try:
+        create_all(plane, [{"kind": "Namespace", "metadata": {"name": NAMESPACE}}])
+    except ApiError as error:
+        if error.status != CONFLICT:
+            raise
+    try:
+        yield create_all(plane, objects)
+    finally:
+        delete_all(plane, objects)
 
 
 @contextmanager
@@ -266,30 +284,31 @@ def run_takeover(
     services: int,
     rate: float = 250.0,
 ) -> Outcome:
-    """The whole scenario; the caller made ``node`` and started ``plane`` on its address."""
+    """The whole scenario on the lab's root namespace as ``node``, against ``plane``; the
+    kube-proxy binary comes from ``binaries``."""
     backend = detect_backend()
     folder.mkdir(parents=True, exist_ok=True)
     kubeconfig = plane.write_kubeconfig(folder / "kubeconfig", ADMIN_TOKEN)
     kube_proxy = KubeProxy(binaries, folder, KubeProxySettings(kubeconfig), backend)
+    ensure_node(plane, node)
     with pods(node) as made:
         backends = {name: str(made[name].ipv4) for name in ALL_BACKENDS}
-        create_all(plane, [node_object()])
-        set_node_addresses(plane, node)
         began = time.monotonic()
-        created = create_all(plane, cluster_objects(services, backends))
-        seconds_to_create = time.monotonic() - began
-        ips = {
-            obj["metadata"]["name"]: obj["spec"]["clusterIP"]
-            for obj in created
-            if obj["kind"] == "Service" and obj["metadata"]["name"] in LOADED
-        }
-        started = time.time()
-        kube_proxy.start()
-        try:
-            kube_proxy_first = kube_proxy.wait_first_sync() - started
-            check, takeover, handback = _switches(_load(made, ips, node, rate), kube_proxy, folder)
-        finally:
-            kube_proxy.kill()
+        with cluster(plane, cluster_objects(services, backends)) as created:
+            seconds_to_create = time.monotonic() - began
+            ips = {
+                obj["metadata"]["name"]: obj["spec"]["clusterIP"]
+                for obj in created
+                if obj["kind"] == "Service" and obj["metadata"]["name"] in LOADED
+            }
+            started = time.time()
+            kube_proxy.start()
+            try:
+                kube_proxy_first = kube_proxy.wait_first_sync() - started
+                load = _load(made, ips, node, rate)
+                check, takeover, handback = _switches(load, kube_proxy, folder)
+            finally:
+                kube_proxy.kill()
     return Outcome(
         *check,
         takeover=takeover,
