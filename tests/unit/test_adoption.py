@@ -117,20 +117,23 @@ def test_a_virtual_server_no_proxy_made_is_left_alone(foreign: VirtualServerKey)
     assert foreign in fake.ipvs.dump()
 
 
-def test_an_external_ip_on_the_node_that_is_gone_from_the_cluster_goes_by_its_ipset_entry() -> None:
-    """kube-proxy never binds an external IP the node already has, so only KUBE-EXTERNAL-IP
-    says its virtual server was a proxy's once the Service has dropped the IP."""
+def test_kube_proxy_s_external_ip_on_the_node_s_own_address_goes_by_its_ipset_entry() -> None:
+    """kube-proxy serves an external IP that is the node's own address, never binding it on
+    kube-ipvs0; we refuse one (it would hand the node's own port to the Service), so only
+    KUBE-EXTERNAL-IP says its virtual server was a proxy's."""
     fake, _ = kube_proxy_node()
-    with_ip = snapshot(str(UNLISTED))  # kube-proxy knows it from the interface itself
+    key = VirtualServerKey(TransportProtocol.TCP, UNLISTED, 80)
+    fake.ipvs.apply([AddVirtualServer(VirtualServer(key))])
+    external = fake.ipsets.list_sets()["KUBE-EXTERNAL-IP"]
+    fake.ipsets.plant(replace(external, entries=external.entries | {f"{UNLISTED},tcp:80"}))
+    with_ip = snapshot(str(UNLISTED))
     web = next(key for key in with_ip.services if key.name == "web")
     services = dict(with_ip.services)
     services[web] = replace(services[web], external_ips=(str(UNLISTED),))
-    on_node = translate(replace(with_ip, services=services), Settings())
-    assert Reconciler(fake.kernel()).sync(on_node).ok
-    key = VirtualServerKey(TransportProtocol.TCP, UNLISTED, 80)
-    assert key in fake.ipvs.dump() and UNLISTED not in on_node.bound_addresses
+    refused = translate(replace(with_ip, services=services), Settings())
+    assert key not in refused.virtual_servers
 
-    adopted = Reconciler(fake.kernel()).sync(translate(snapshot(), Settings()))
+    adopted = Reconciler(fake.kernel()).sync(refused)
 
     assert adopted.ok and DeleteVirtualServer(key) in adopted.applied
     assert key not in fake.ipvs.dump()
