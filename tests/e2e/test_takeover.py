@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from ipvsproxy.cli import main
 from tests.controlplane.build import located
-from tests.controlplane.cluster import ControlPlane
+from tests.lab.apiserver import RealApiServer
 from tests.lab.controlplane import lab_binaries
 from tests.lab.netns import Node
 from tests.lab.takeover import run_takeover
@@ -29,15 +29,15 @@ KUBE_PROXY_FOLDER = Path("/run/ipvsproxy-kube-proxy")
 
 def test_a_node_is_taken_over_from_kube_proxy_and_handed_back_without_a_failed_request(
     node: Node,
-    control_plane: ControlPlane,
+    api: RealApiServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     built = located()
-    assert built is not None, "the control_plane fixture checked the binaries are built"
+    assert built is not None, "the lab's control plane runs on these binaries"
     binaries = lab_binaries(built, KUBE_PROXY_FOLDER, ("kube-proxy",))
     try:
-        outcome = run_takeover(control_plane, binaries, node, tmp_path, services=SERVICES)
+        outcome = run_takeover(api.control_plane, binaries, node, tmp_path, services=SERVICES)
     finally:
         # kube-proxy's state or ours: the node goes back to the other tests clean.
         CliRunner().invoke(main, ["cleanup"])
