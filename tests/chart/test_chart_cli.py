@@ -49,9 +49,8 @@ def test_the_proxy_containers_run_command_parses(option: str) -> None:
     _parsed(container)
 
 
-def test_the_init_containers_commands_parse() -> None:
-    values = {"cleanupKubeProxy": True, "apiServer": "https://192.0.2.1:6443"}
-    inits = pod_spec(render(values))["initContainers"]
-    assert [init["name"] for init in inits] == ["cleanup-kube-proxy", "kernel-parameters"]
+def test_the_init_containers_command_parses() -> None:
+    inits = pod_spec(render())["initContainers"]
+    assert [init["name"] for init in inits] == ["kernel-parameters"]
     for init in inits:
         _parsed(init)

@@ -1,6 +1,6 @@
 """The chart cannot break a node: kernel parameters set although the proxy is unprivileged,
-names resolved without the cluster DNS the proxy programs, and the renders that would deadlock
-every node refused."""
+names resolved without the cluster DNS the proxy programs, kube-proxy's own ConfigMap mounted
+where kube-proxy mounts it, and monitoring that could never scrape refused."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from tests.chart.chart_kit import (
     render,
     volumes_by_name,
 )
-
-API_SERVER = "https://192.0.2.1:6443"
 
 
 def _config_arg(container: dict[str, object]) -> str:
@@ -53,14 +51,6 @@ def test_by_default_a_privileged_init_container_sets_the_parameters_for_an_unpri
 def test_no_init_container_where_the_proxy_can_write_them_itself_or_is_told_not_to() -> None:
     assert "kernel-parameters" not in init_containers(render({"privileged": True}))
     assert "initContainers" not in pod_spec(render({"initKernelParameters": False}))
-
-
-def test_cleanup_without_the_api_servers_address_is_refused() -> None:
-    with pytest.raises(helm.HelmRenderError) as refused:
-        render({"cleanupKubeProxy": True})
-    assert "cleanupKubeProxy=true needs apiServer" in str(refused.value)
-    render({"cleanupKubeProxy": True, "apiServer": API_SERVER})
-    render({"cleanupKubeProxy": True, "existingConfigMap": {"name": "kube-proxy"}})
 
 
 @pytest.mark.parametrize(

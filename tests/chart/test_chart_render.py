@@ -59,7 +59,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "existingConfigMap": {"existingConfigMap": {"name": "kube-proxy", "key": "config.conf"}},
     "noInitContainer": {"initKernelParameters": False},
     "logging": {"logging": {"format": "json", "verbosity": 4}},
-    "cleanupKubeProxy": {"cleanupKubeProxy": True, "apiServer": "https://10.0.0.10:6443"},
+    "migration": {"migration": {"enabled": True, "nodeLabelValue": "ipvs"}},
     "privileged": {"privileged": True},
     "maxUnavailable": {"maxUnavailable": "10%"},
     "scheduling": {"priorityClassName": "", "tolerations": [],
