@@ -119,7 +119,15 @@ class IptablesKernel(Protocol):
         ...
 
 
+# A kernel module's parameter (/sys/module/MODULE/parameters/NAME) goes by the name
+# ``module.MODULE.parameters.NAME`` and is read and written as a sysctl is.
+MODULE_PREFIX = "module."
+CONNTRACK_HASHSIZE = f"{MODULE_PREFIX}nf_conntrack.parameters.hashsize"
+
+
 class SysctlKernel(Protocol):
+    """Kernel parameters by their sysctl names, and modules' parameters (``MODULE_PREFIX``)."""
+
     def get(self, name: str) -> str | None: ...
 
     def set(self, name: str, value: str) -> None: ...

@@ -11,8 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-MODULE_PREFIX = "module."
-CONNTRACK_HASHSIZE = f"{MODULE_PREFIX}nf_conntrack.parameters.hashsize"
+from ipvsproxy.kernel.protocols import MODULE_PREFIX
 
 
 class ProcSysctl:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ipvsproxy.kernel.sysctl import CONNTRACK_HASHSIZE
+from ipvsproxy.kernel.protocols import CONNTRACK_HASHSIZE
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
 
 KERNEL_RELEASE = "kernel.osrelease"

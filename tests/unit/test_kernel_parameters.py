@@ -8,7 +8,8 @@ import pytest
 
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS
-from ipvsproxy.kernel.sysctl import CONNTRACK_HASHSIZE, ProcSysctl
+from ipvsproxy.kernel.protocols import CONNTRACK_HASHSIZE
+from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
 from ipvsproxy.plan_json import operation_json
 from ipvsproxy.reconcile.initialize import initialize
