@@ -51,10 +51,11 @@ IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, inte
 
 
 def address_request(op: AddressOp, index: int) -> Request:
-    """What ``ip address add|del ADDRESS/32 dev NAME`` sends (/128 and no DAD for IPv6)."""
+    """What ``ip address add|del ADDRESS/32 dev NAME`` sends (/128 for IPv6, added without
+    duplicate address detection)."""
     address = op.address
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-    flags = IFA_F_NODAD if address.version == 6 else 0
+    flags = IFA_F_NODAD if address.version == 6 and isinstance(op, BindAddress) else 0
     body = (
         IFADDRMSG.pack(family, _prefix_length(address), flags, 0, index)
         + attribute(IFA_LOCAL, address.packed)
