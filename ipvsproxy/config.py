@@ -22,9 +22,17 @@ from typing import Any
 
 from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
 from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
+from ipvsproxy.cluster.validation import SUBDOMAIN_MAX, is_dns1123_subdomain
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
-from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
+from ipvsproxy.translate.settings import (
+    DEFAULT_NODE_PORT_RANGE,
+    KUBELET_PORT,
+    LocalDetectMode,
+    Settings,
+    parse_nodeport_addresses,
+    parse_port_range,
+)
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
 KIND = "KubeProxyConfiguration"
@@ -93,6 +101,7 @@ MAX_CONFIG_FILE_BYTES = 1 << 20
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
 # Our flags beyond kube-proxy's: the file has no field for them, so they apply with --config.
 EXTERNAL_IP_RANGE_FLAG = "--service-external-ip-range"
+NODE_PORT_RANGE_FLAG = "--service-node-port-range"
 API_TIMEOUT_FLAG = "--api-timeout"
 DEFAULT_API_TIMEOUT = 60.0
 
@@ -157,6 +166,9 @@ class ProxyConfig:
 
     settings: Settings
     hostname: str
+    # Why the host name, taken for want of --hostname-override and $NODE_NAME, is no node
+    # name: a command that reads the cluster refuses it; one that does not never needs it.
+    hostname_problem: str = ""
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
@@ -188,6 +200,17 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(number + unit for number, unit in parts) != body:
         raise ValueError(text)
     return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as kube-proxy's bind-address flags take it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    host = host.removeprefix("[").removesuffix("]")
+    if host:
+        ipaddress.ip_address(host)
+    return host or "0.0.0.0", int(port)
 
 
 def parse_size(text: str) -> int:
@@ -364,11 +387,19 @@ def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfi
         timeout = bounded_duration(timeout_text, API_TIMEOUT_FLAG, LONGEST)
         if timeout == 0:
             raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+    node_port_range = DEFAULT_NODE_PORT_RANGE
+    range_text = flags.get(NODE_PORT_RANGE_FLAG)
+    if range_text is not None:
+        try:
+            node_port_range = parse_port_range(range_text)
+        except ValueError as error:
+            raise ConfigError(f"{NODE_PORT_RANGE_FLAG} {range_text!r}: {error}") from None
     settings = replace(
         config.settings,
         external_ip_ranges=parse_cidrs(
             ",".join([ranges] if isinstance(ranges, str) else ranges), EXTERNAL_IP_RANGE_FLAG
         ),
+        node_port_range=node_port_range,
     )
     return replace(
         config,
@@ -390,6 +421,50 @@ def _source_max_file_size(text: str | None) -> int:
     if size <= 0:
         raise ConfigError(f"{MAX_FILE_SIZE_FLAG} {text!r}: must be positive")
     return size
+
+
+def _node_name(values: Mapping[str, Any], origin: Mapping[str, str]) -> tuple[str, str]:
+    """This node's name, as kube-proxy finds it: --hostname-override (or the file's), else
+    $NODE_NAME, else the host name; trimmed and lower-cased. It names the Node to read and
+    appears in plans and logs, so anything but a Node name (a newline, say) is refused: at
+    once when given, or, for the host name, as ``hostname_problem`` (second)."""
+    raw: str = values.get("hostnameOverride", "")
+    where = origin["hostnameOverride"]
+    if not raw:
+        raw = os.environ.get("NODE_NAME", "")
+        raw, where = (raw, "$NODE_NAME") if raw.strip() else ("", "")
+    if raw:
+        problem = _node_name_problem(raw, where)
+        if problem:
+            raise ConfigError(problem)
+        return raw.strip().lower(), ""
+    host = socket.gethostname()
+    return host.strip().lower(), _node_name_problem(host, "the host name")
+
+
+def _node_name_problem(raw: str, where: str) -> str:
+    name = raw.strip().lower()
+    if not name:
+        return f"{where} {raw!r}: an empty name is invalid"
+    if is_dns1123_subdomain(name):
+        return ""
+    shown = repr(raw) if len(raw) <= SUBDOMAIN_MAX else f"{raw[:SUBDOMAIN_MAX]!r}..."
+    return (
+        f"{where} {shown}: not a node name (a DNS-1123 subdomain: at most "
+        f"{SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.')"
+    )
+
+
+def _own_ports(values: Mapping[str, Any], origin: Mapping[str, str]) -> frozenset[int]:
+    """The ports this node serves itself, which no node port may take: the kubelet's, and
+    our health and metrics servers' (a bind address that is not HOST:PORT is refused)."""
+    ports = {KUBELET_PORT}
+    for path in ("healthzBindAddress", "metricsBindAddress"):
+        try:
+            ports.add(parse_bind_address(values[path])[1])
+        except ValueError as error:
+            raise ConfigError(f"{origin[path]}: {error}") from None
+    return frozenset(ports - {0})
 
 
 def _interface_for_mode(
@@ -470,12 +545,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
             f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
         )
-    raw_hostname = values.get("hostnameOverride", "")
-    hostname = raw_hostname.strip().lower()
-    if raw_hostname and not hostname:
-        raise ConfigError(
-            f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
-        )
+    hostname, hostname_problem = _node_name(values, origin)
     kubeconfig = values.get("clientConnection.kubeconfig")
     nodeport_addresses, nodeport_primary = _nodeport_addresses(
         values.get("nodePortAddresses", []), origin["nodePortAddresses"]
@@ -492,12 +562,12 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
         strict_arp=bool(values.get("ipvs.strictARP", False)),
+        own_ports=_own_ports(values, origin),
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname
-        or os.environ.get("NODE_NAME", "").strip().lower()
-        or socket.gethostname().lower(),
+        hostname=hostname,
+        hostname_problem=hostname_problem,
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],

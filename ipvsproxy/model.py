@@ -210,6 +210,9 @@ class ClusterSnapshot:
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
     node: Node | None = None
+    # Every Node's addresses (this one's too), each with its Node's name: a Service may not
+    # take one, or it would cut the cluster off from that node (or hand its ports to a pod).
+    nodes_by_address: Mapping[IPAddress, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,10 @@ class SkipReason(enum.StrEnum):
     ADDRESS_CONFLICT = "address_conflict"
     UNUSABLE_ADDRESS = "unusable_address"
     EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+    # A service address that is a Node's own address.
+    NODE_ADDRESS = "node_address"
+    # A node port outside --service-node-port-range, or on a port the node serves itself.
+    NODE_PORT_NOT_ALLOWED = "node_port_not_allowed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -638,8 +645,8 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # The node's own addresses that carry our virtual servers (NodePorts, and external or
-    # load-balancer IPs the node already has); never bound on kube-ipvs0.
+    # The node's own addresses that carry our virtual servers (NodePorts); never bound on
+    # kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]

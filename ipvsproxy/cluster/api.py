@@ -1,4 +1,4 @@
-"""The cluster as the API server has it: Services, EndpointSlices and this proxy's Node.
+"""The cluster as the API server has it: Services, EndpointSlices and the Nodes.
 
 Lists are fetched as raw JSON page by page (the generated model classes cost too much at
 10,000 services) and handed to ``parse``, so the API and ``--source`` give the same snapshot.
@@ -24,17 +24,18 @@ from ipvsproxy.cluster.connection import (
     open_stream,
     request_json,
 )
-from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.cluster.parse import SnapshotBuilder
 from ipvsproxy.model import ClusterSnapshot, Rejection
 from ipvsproxy.translate.translate import PROXY_NAME_LABEL
 
 HEADLESS_LABEL = "service.kubernetes.io/headless"
 # client-go's pager default.
 PAGE_SIZE = 500
+# A Node's JSON lists its container images, tens of KB a node: fewer to a page than other kinds.
+NODE_PAGE_SIZE = 100
 # client-go's streaming decoder refuses a watch event longer than this.
 MAX_EVENT_BYTES = 16 << 20
 _GONE = 410
-_NOT_FOUND = 404
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,20 +275,6 @@ def watch(
     return stream, (decode_watch_line(line, resource) for line in stream)
 
 
-def get_node(api: ApiConnection, name: str) -> dict[str, Any] | None:
-    """The Node called ``name`` as API JSON, or None when the API has no such node."""
-    read_node = client.CoreV1Api(api.client).read_node
-    try:
-        body = request_json(api, f"reading Node {name}", read_node, name=name)
-    except ApiError as error:
-        if error.status == _NOT_FOUND:
-            return None
-        raise
-    if not isinstance(body, dict):
-        raise ApiError(f"reading Node {name}: the API server sent something not an object")
-    return {**body, "kind": "Node"}
-
-
 def read_cluster(
     api: ApiConnection,
     node_name: str,
@@ -295,11 +282,25 @@ def read_cluster(
     service_proxy_name: str = "",
     page_size: int = PAGE_SIZE,
 ) -> ClusterRead:
-    """One consistent read of what the proxy needs; raises ApiError (one line) on failure."""
+    """One consistent read of what the proxy needs; raises ApiError (one line) on failure.
+
+    The Nodes are parsed page by page, as they arrive: of all but ``node_name`` only the
+    addresses are kept, never the whole list's JSON.
+    """
     selectors = Selectors(labels=proxy_label_selector(service_proxy_name))
     services = list_all(api, SERVICES, selectors, page_size)
     slices = list_all(api, ENDPOINT_SLICES, selectors, page_size)
-    node = get_node(api, node_name)
-    objects = [*services.items, *slices.items, *([node] if node is not None else [])]
-    snapshot, rejections = snapshot_from_objects(objects, node_name)
-    return ClusterRead(snapshot, rejections, services.resource_version, slices.resource_version)
+    builder = SnapshotBuilder(node_name)
+    rejections: list[Rejection] = []
+    for page in list_pages(api, NODES, Selectors(), min(page_size, NODE_PAGE_SIZE)):
+        if page.restart:
+            builder.forget_nodes()
+            rejections.clear()
+        for obj in page.items:
+            rejections += builder.add(obj)
+    for obj in [*services.items, *slices.items]:
+        rejections += builder.add(obj)
+    snapshot, more = builder.build()
+    return ClusterRead(
+        snapshot, [*rejections, *more], services.resource_version, slices.resource_version
+    )

@@ -6,6 +6,8 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
   list's resourceVersion; an object listed again at the version stored is not parsed again;
 * watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
   forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
+  an event that leaves the parsed object as it was (a Node's heartbeat, when only its name
+  and addresses are kept) changes nothing and queues no sync;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
 * 410 Gone (the version fell out of the server's history) means list again, after a backoff
   of its own, the same doubling with jitter (a server that answers every watch with 410 must
@@ -31,6 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ipvsproxy.cluster.api import (
     ENDPOINT_SLICES,
+    NODE_PAGE_SIZE,
     NODES,
     PAGE_SIZE,
     SERVICES,
@@ -47,15 +50,18 @@ from ipvsproxy.cluster.connection import ApiConnection, ApiError, LineStream
 from ipvsproxy.cluster.parse import (
     MISSING_NODE,
     ParseError,
+    index_node_addresses,
+    node_parser,
     object_key,
     parse_endpoint_slice,
-    parse_node,
     parse_service,
 )
 from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
     EndpointSlice,
+    IPAddress,
+    Node,
     ObjectKey,
     Rejection,
     Service,
@@ -161,6 +167,8 @@ class Reflector(Generic[T]):
         self._rejections: dict[ObjectKey, list[Rejection]] = {}
         # Keys added, changed or deleted since ``take_items``; None: unknown (a list came).
         self._touched: set[ObjectKey] | None = None
+        # Moves on whenever the store does.
+        self._generation = 0
         self._resource_version = ""
         self._stream: LineStream | None = None
         self._closed = False
@@ -170,6 +178,13 @@ class Reflector(Generic[T]):
     def resource_version(self) -> str:
         with self._lock:
             return self._resource_version
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever the store does: what was made of the store at one
+        generation holds until it changes."""
+        with self._lock:
+            return self._generation
 
     def items(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
         """A copy of the store, and the problems of the objects in it."""
@@ -221,6 +236,7 @@ class Reflector(Generic[T]):
             self._store, self._rejections = store, rejections
             self._touched = None
             self._resource_version = version
+            self._generation += 1
         if self.synced.is_set():
             self._hooks.relisted(self.resource.plural.lower())
         self.synced.set()
@@ -324,6 +340,9 @@ class Reflector(Generic[T]):
             (None, []) if event.type is EventType.DELETED else self._parse(event.object)
         )
         with self._lock:
+            self._resource_version = event.resource_version
+            if self._store.get(key) == item and self._rejections.get(key, []) == problems:
+                return
             self._store.pop(key, None)
             self._rejections.pop(key, None)
             if item is not None:
@@ -332,13 +351,14 @@ class Reflector(Generic[T]):
                 self._rejections[key] = problems
             if self._touched is not None:
                 self._touched.add(key)
-            self._resource_version = event.resource_version
+            self._generation += 1
         self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
 
 class ClusterInformer:
-    """Services, EndpointSlices and this proxy's Node, each kept current by a Reflector.
+    """Services, EndpointSlices and Nodes, each kept current by a Reflector: of the Nodes this
+    proxy's whole, of the others their addresses alone.
 
     ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
@@ -360,9 +380,7 @@ class ClusterInformer:
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
-        own_node = Selectors(fields=f"metadata.name={node_name}")
         options: dict[str, Any] = {
-            "page_size": page_size,
             "watch_timeout": watch_timeout,
             "backoff": backoff,
             "on_change": on_change,
@@ -374,6 +392,7 @@ class ClusterInformer:
             parse_service,
             selectors=proxied,
             version_of=_resource_version,
+            page_size=page_size,
             **options,
         )
         self.endpoint_slices = Reflector(
@@ -382,14 +401,24 @@ class ClusterInformer:
             parse_endpoint_slice,
             selectors=proxied,
             version_of=_resource_version,
+            page_size=page_size,
             **options,
         )
-        self.node = Reflector(api, NODES, parse_node, selectors=own_node, **options)
+        self.nodes = Reflector(
+            api,
+            NODES,
+            node_parser(node_name),
+            selectors=Selectors(),
+            page_size=min(page_size, NODE_PAGE_SIZE),
+            **options,
+        )
         self._reflectors: tuple[Reflector[Any], ...] = (
             self.services,
             self.endpoint_slices,
-            self.node,
+            self.nodes,
         )
+        # What the snapshots take of the Nodes, made again only when they change.
+        self._node_view: _NodeView | None = None
         self._stop = threading.Event()
         self._workers = workers or Supervisor()
         self._running: list[Worker] = []
@@ -440,14 +469,39 @@ class ClusterInformer:
         services: tuple[dict[ObjectKey, Service], list[Rejection]],
         slices: tuple[dict[ObjectKey, EndpointSlice], list[Rejection]],
     ) -> tuple[ClusterSnapshot, list[Rejection]]:
-        nodes, node_problems = self.node.items()
-        node = nodes.get(ObjectKey("", self.node_name))
-        rejections = [*services[1], *slices[1], *node_problems]
-        if node is None:
+        view = self._nodes_now()
+        rejections = [*services[1], *slices[1], *view.problems]
+        if view.node is None:
             rejections.append(Rejection(f"Node {self.node_name}", MISSING_NODE))
         snapshot = ClusterSnapshot(
             services=MappingProxyType(services[0]),
             endpoint_slices=MappingProxyType(slices[0]),
-            node=node,
+            node=view.node,
+            nodes_by_address=view.by_address,
         )
         return snapshot, rejections
+
+    def _nodes_now(self) -> _NodeView:
+        """The Nodes as the snapshots take them: the same objects while no Node changes, so a
+        snapshot costs nothing per node, and unchanged addresses are seen unchanged at once."""
+        generation = self.nodes.generation
+        view = self._node_view
+        if view is None or view.generation != generation:
+            nodes, problems = self.nodes.items()
+            view = _NodeView(
+                generation,
+                nodes.get(ObjectKey("", self.node_name)),
+                index_node_addresses(nodes.values()),
+                problems,
+            )
+            self._node_view = view
+        return view
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeView:
+    # The reflector's generation this was made at (a later store may have gone in: made again).
+    generation: int
+    node: Node | None
+    by_address: Mapping[IPAddress, str]
+    problems: list[Rejection]

@@ -37,12 +37,13 @@ from ipvsproxy.cluster.manifest_file import (
     read_file,
 )
 from ipvsproxy.cluster.manifest_scan import ScanError, Stamp, path_order, scan, stamp_of
-from ipvsproxy.cluster.parse import MISSING_NODE
+from ipvsproxy.cluster.parse import MISSING_NODE, index_node_addresses
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
     EndpointSlice,
+    IPAddress,
     Node,
     ObjectKey,
     Rejection,
@@ -111,7 +112,10 @@ class ManifestFolder:
         self._problems: dict[Identity, tuple[Rejection, ...]] = {}
         self._services: dict[ObjectKey, Service] = {}
         self._slices: dict[ObjectKey, EndpointSlice] = {}
-        self._node: Node | None = None
+        # This node's whole, the others' names and addresses; and their addresses indexed,
+        # the same object until a Node changes (None: to be made again).
+        self._nodes: dict[str, Node] = {}
+        self._nodes_by_address: Mapping[IPAddress, str] | None = None
         self._touched_services: set[ObjectKey] = set()
         self._touched_slices: set[ObjectKey] = set()
         self._changed = False
@@ -236,8 +240,9 @@ class ManifestFolder:
         elif isinstance(before, EndpointSlice) and self._slices.get(before.key) is before:
             del self._slices[before.key]
             self._touched_slices.add(before.key)
-        elif isinstance(before, Node) and self._node is before:
-            self._node = None
+        elif isinstance(before, Node) and self._nodes.get(before.name) is before:
+            del self._nodes[before.name]
+            self._nodes_by_address = None
         if isinstance(after, Service):
             self._services[after.key] = after
             self._touched_services.add(after.key)
@@ -245,7 +250,8 @@ class ManifestFolder:
             self._slices[after.key] = after
             self._touched_slices.add(after.key)
         elif isinstance(after, Node):
-            self._node = after
+            self._nodes[after.name] = after
+            self._nodes_by_address = None
 
     # -- what the reading holds ---------------------------------------------------------------
 
@@ -295,12 +301,16 @@ class ManifestFolder:
             *(r for duplicates in self._duplicates.values() for r in duplicates),
             *(r for problems in self._problems.values() for r in problems),
         ]
-        if self._node_name is not None and self._node is None:
+        node = self._nodes.get(self._node_name) if self._node_name is not None else None
+        if self._node_name is not None and node is None:
             rejections.append(Rejection(f"Node {self._node_name}", MISSING_NODE))
+        if self._nodes_by_address is None:
+            self._nodes_by_address = index_node_addresses(self._nodes.values())
         snapshot = ClusterSnapshot(
             services=MappingProxyType(dict(self._services)),
             endpoint_slices=MappingProxyType(dict(self._slices)),
-            node=self._node,
+            node=node,
+            nodes_by_address=self._nodes_by_address,
         )
         return snapshot, rejections
 

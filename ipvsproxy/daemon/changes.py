@@ -21,7 +21,8 @@ class Changes:
     services: frozenset[ObjectKey]
     service_objects: int
     endpoint_slices: frozenset[ObjectKey]
-    # The Node changed: NodePorts, local endpoints and topology may all differ.
+    # This Node changed (NodePorts, local endpoints and topology may all differ), or which
+    # Node has which address (any service's address may now be refused, or allowed).
     node: bool
     # When the changes behind the changed slices happened (their trigger-time annotation).
     trigger_times: tuple[float, ...] = ()
@@ -67,7 +68,11 @@ def diff(
         services=frozenset(services) | owners,
         service_objects=len(services),
         endpoint_slices=frozenset(slices),
-        node=before.node != after.node,
+        node=before.node != after.node
+        or (
+            before.nodes_by_address is not after.nodes_by_address
+            and before.nodes_by_address != after.nodes_by_address
+        ),
         trigger_times=tuple(
             found.trigger_time
             for key in slices

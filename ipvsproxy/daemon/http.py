@@ -25,7 +25,6 @@ import contextlib
 import email.utils
 import errno
 import heapq
-import ipaddress
 import itertools
 import logging
 import queue
@@ -59,17 +58,6 @@ Handler = Callable[[], Response]
 # A route for every path no other route names (kube-proxy's health-check ports answer any path).
 ANY_PATH = "*"
 TEXT = "text/plain; charset=utf-8"
-
-
-def parse_bind_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as kube-proxy's bind-address flags take it."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    host = host.removeprefix("[").removesuffix("]")
-    if host:
-        ipaddress.ip_address(host)
-    return host or "0.0.0.0", int(port)
 
 
 # Go's net.Listen("tcp", ...) on an unspecified address, as kube-proxy serves: both families.

@@ -15,9 +15,9 @@ from types import FrameType
 from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import ClusterInformer
-from ipvsproxy.config import ProxyConfig, reconciler_settings
+from ipvsproxy.config import ProxyConfig, parse_bind_address, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
-from ipvsproxy.daemon.http import HttpLimits, parse_bind_address
+from ipvsproxy.daemon.http import HttpLimits
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel

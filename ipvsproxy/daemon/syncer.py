@@ -2,9 +2,10 @@
 
 * full: on start, every sync period, after a sync in which something failed that is no
   refusal of one object (a transient error, or the kernel not holding what was believed),
-  when the Node changed, and never for less: the kernel is read whole and every difference
-  repaired. An object the kernel refuses waits in quarantine instead (``reconcile.quarantine``),
-  retried by incremental syncs, so one tenant's bad object never makes every sync a full one;
+  when the Node changed or a Node's addresses did, and never for less: the kernel is read
+  whole and every difference repaired. An object the kernel refuses waits in quarantine
+  instead (``reconcile.quarantine``), retried by incremental syncs, so one tenant's bad object
+  never makes every sync a full one;
 * incremental: update the kept translation with the Services and EndpointSlices that changed
   since the last sync (as the source names them), and write only what that changed, against
   the state the last sync left (nothing is read): its cost follows the change, not the cluster;

@@ -322,17 +322,53 @@ def test_the_own_node_is_watched(kube: Kube, informer: ClusterInformer, changes:
         return node.zone if node is not None else "no node"
 
     assert zone() == "zone-1"
-    # Another node changes: not ours, and not watched (the field selector).
-    kube.add({**example("Node", "node-b"), "metadata": {"name": "node-b", "labels": {"a": "b"}}})
     node_a = example("Node", "node-a")
     node_a["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zone-9"
     kube.add(node_a)
     assert changes.wait_until(lambda: zone() == "zone-9")
-    assert len(informer.node.items()[0]) == 1
 
     kube.delete("Node", kube.node_name("node-a"))
     assert changes.wait_until(lambda: zone() == "no node")
     assert [r.object for r in informer.snapshot()[1]] == [f"Node {kube.node_name('node-a')}"]
+
+
+def node_status(name: str, address: str, ready: str = "True") -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def test_every_nodes_addresses_are_watched_and_a_status_report_queues_nothing(
+    kube: Kube, informer: ClusterInformer, changes: Changes, hooks: Hooks
+) -> None:
+    def by_address() -> dict[str, str]:
+        found = informer.snapshot()[0].nodes_by_address
+        return {str(address): name for address, name in found.items()}
+
+    other = kube.node_name("node-c")
+    kube.add({"kind": "Node", "metadata": {"name": "node-c", "labels": {"a": "b"}}})
+    kube.apply_status(node_status(other, "192.168.10.13"))
+    assert changes.wait_until(lambda: by_address().get("192.168.10.13") == other)
+    # Of another node only its name and addresses are kept.
+    kept = informer.nodes.items()[0][ObjectKey("", other)]
+    assert (kept.labels, kept.taints, kept.pod_cidrs) == ({}, (), ())
+    before, reported = informer.snapshot()[0].nodes_by_address, hooks.changed["nodes"]
+
+    # A kubelet's status report that leaves the addresses as they were.
+    stored = kube.apply_status(node_status(other, "192.168.10.13", ready="Unknown"))
+    version = int(stored["metadata"]["resourceVersion"])
+    assert changes.wait_until(lambda: int(informer.nodes.resource_version or 0) >= version)
+    assert hooks.changed["nodes"] == reported
+    assert informer.snapshot()[0].nodes_by_address is before
+
+    kube.delete("Node", other)
+    assert changes.wait_until(lambda: "192.168.10.13" not in by_address())
+    assert hooks.changed["nodes"] == reported + 1
 
 
 def test_stop_ends_every_thread(kube: Kube, real_api: ApiConnection) -> None:

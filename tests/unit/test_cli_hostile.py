@@ -158,6 +158,8 @@ def test_json_plan_follows_the_documented_schema(monkeypatch: pytest.MonkeyPatch
         "address_conflict": 0,
         "unusable_address": 0,
         "external_ip_not_allowed": 0,
+        "node_address": 0,
+        "node_port_not_allowed": 0,
     }
 
 
@@ -176,6 +178,52 @@ def test_json_plan_lists_each_skip_with_its_category(
     services = {op.get("service") for op in plan["operations"]}
     assert {"kube-system/kube-dns:dns", "kube-system/kube-dns:dns-tcp"} <= services
     assert "kube-system/kube-dns:metrics" in services
+
+
+def test_a_plan_names_node_addresses_and_node_ports_a_source_file_tries_to_take(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A --source file has no API server allocating its node ports: the proxy settles them,
+    and no address of a Node in the file (node-b is another node) goes to a Service."""
+    (tmp_path / "cluster.yaml").write_text(Path(EXAMPLE).read_text())
+    (tmp_path / "tenant.yaml").write_text(
+        "kind: Service\nmetadata: {name: tenant, namespace: aaa}\n"
+        "spec:\n  type: NodePort\n  clusterIP: 10.96.99.98\n"
+        "  externalIPs: [192.168.10.11, 192.168.10.12]\n"
+        "  ports: [{name: ssh, port: 22, nodePort: 10250},\n"
+        "          {name: web, port: 80, nodePort: 30999}]\n"
+    )
+    plan = _plan(monkeypatch, str(tmp_path))
+    skipped = {(entry["object"], entry["category"], entry["reason"]) for entry in plan["skipped"]}
+    assert skipped == {
+        (
+            "Service aaa/tenant",
+            "node_address",
+            "externalIP 192.168.10.11 is this node's address; ignored",
+        ),
+        (
+            "Service aaa/tenant",
+            "node_address",
+            "externalIP 192.168.10.12 is Node node-b's address; ignored",
+        ),
+        (
+            "Service aaa/tenant",
+            "node_port_not_allowed",
+            "nodePort 10250 is a port this node serves itself (kubelet, health or metrics); "
+            "ignored",
+        ),
+    }
+    assert plan["skipped_by_reason"]["node_address"] == 2
+    addresses = {
+        op["virtual_server"]["address"] for op in plan["operations"] if "virtual_server" in op
+    }
+    assert "192.168.10.12" not in addresses
+    ports = {
+        op["virtual_server"]["port"]
+        for op in plan["operations"]
+        if op["op"] == "AddVirtualServer" and op["virtual_server"]["address"] == "192.168.10.11"
+    }
+    assert 30999 in ports and 22 not in ports and 10250 not in ports
 
 
 def _command_exit_2(args: list[str]) -> str:

@@ -13,9 +13,9 @@ import pytest
 
 from ipvsproxy.cluster.informer import Backoff
 from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.config import parse_bind_address
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
-from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
 from ipvsproxy.daemon.nodeports import health_check_hosts
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner

@@ -42,6 +42,7 @@ from tests.daemon_kit import (
     RecordingKernel,
     cluster,
     endpoint_slice,
+    node,
     service,
     service_ip,
 )
@@ -214,6 +215,29 @@ def test_a_node_change_is_a_full_sync() -> None:
     assert syncer.sync(after, []).mode is SyncMode.FULL
 
 
+def test_a_node_taking_an_external_ip_is_a_full_sync_that_withdraws_it() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = replaced(cluster(2), service(1, externalIPs=["192.168.10.50"]))
+    syncer.sync(snapshot(objects), [])
+    assert ip_address("192.168.10.50") in fake.addresses.addresses("kube-ipvs0")
+    nothing = ChangedKeys(frozenset(), frozenset())
+    clock.now = 1.0
+
+    joined = syncer.sync(snapshot([*objects, node("node-z", "192.168.10.50")]), [], nothing)
+
+    assert joined.mode is SyncMode.FULL and joined.result.ok
+    assert ip_address("192.168.10.50") not in fake.addresses.addresses("kube-ipvs0")
+    assert "192.168.10.50" not in {str(key.address) for key in fake.recording.fake.dump()}
+    assert [r.reason for r in joined.new_rejections] == [
+        "externalIP 192.168.10.50 is Node node-z's address; ignored"
+    ]
+    # Read again with the same addresses (another field of a Node changed): nothing to redo.
+    clock.now = 2.0
+    again = syncer.sync(snapshot([*objects, node("node-z", "192.168.10.50")]), [], nothing)
+    assert again.mode is SyncMode.INCREMENTAL
+
+
 def kernel_state(fake: FakeKernel) -> tuple[object, ...]:
     return (
         fake.ipvs.dump(),
@@ -314,24 +338,25 @@ def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
 
 
 @pytest.mark.parametrize("later", [1.0, 31.0], ids=["incremental", "full"])
-def test_an_external_ip_that_is_the_node_address_goes_with_the_service_s_last_use_of_it(
+def test_an_external_ip_that_is_the_node_address_is_refused_by_either_kind_of_sync(
     later: float,
 ) -> None:
-    """With NodePorts kept off the node's address, nothing of the desired state names it once
-    the external IP is dropped: its virtual server must still be known as ours and deleted, by
-    either kind of sync."""
+    """With NodePorts kept off the node's address, an external IP on it once gave the
+    tenant's pods the node's own ports there: refused, and nothing is written on it."""
     clock = Clock()
     fake, syncer = make(clock, Settings(nodeport_addresses=(ip_network("10.0.0.0/8"),)))
     objects = cluster(2)
-    on_node = replaced(objects, service(1, externalIPs=[NODE_IP]))
-    syncer.sync(snapshot(on_node), [])
-    assert NODE_IP in {str(key.address) for key in fake.recording.fake.dump()}
+    syncer.sync(snapshot(objects), [])
     clock.now = later
+    on_node = replaced(objects, service(1, externalIPs=[NODE_IP]))
+    changed = ChangedKeys(frozenset({ObjectKey("default", "svc-1")}), frozenset())
 
-    report = syncer.sync(snapshot(objects), [])
+    report = syncer.sync(snapshot(on_node), [], changed)
 
+    assert report.mode is (SyncMode.INCREMENTAL if later < 30 else SyncMode.FULL)
     assert report.result.ok
     assert NODE_IP not in {str(key.address) for key in fake.recording.fake.dump()}
+    assert [r.category for r in report.new_rejections] == [SkipReason.NODE_ADDRESS]
 
 
 def annotated(index: int, scheduler: str) -> dict[str, Any]:

@@ -144,6 +144,9 @@ OBJECTS = [
     endpoint_slice(1),
     node(),
     {"kind": "Service", "metadata": {"name": "Bad Name", "namespace": "default"}},
+    # Another node, whose addresses the snapshot keeps, at one address and then another.
+    node("node-b", "192.168.10.12"),
+    node("node-b", "192.168.10.13"),
 ]
 FILES = ["a.yaml", "b.json", "sub/c.yaml", "sub/deeper/d.yml"]
 # (file, the objects it is written with), or (file, None): removed.
