@@ -111,7 +111,8 @@ def kernel(session: nox.Session) -> None:
 @nox.session
 def e2e(session: nox.Session) -> None:
     """The daemon against the real etcd and kube-apiserver, pods and real traffic, all inside
-    the lab; each boot starts its own control plane."""
+    the lab; each boot starts its own control plane. The takeover scenario runs the real
+    kube-proxy there too."""
     env = _controlplane(session)
     _install(session, "test")
     # Beside the daemon: kube-apiserver (~300 MB), etcd, the kube-controller-manager, and
