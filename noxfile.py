@@ -53,6 +53,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("hadolint", "Containerfile")
+    # README's layering, as contracts in pyproject.toml; it reads the package from this tree.
+    session.run("lint-imports", env={"PYTHONPATH": str(Path.cwd())})
 
 
 @nox.session
