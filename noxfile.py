@@ -1,4 +1,5 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench, image on request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, lowest, kernel and e2e; bench, image on
+request."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e"]
+nox.options.sessions = ["lint", "typecheck", "tests", "lowest", "kernel", "e2e"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
@@ -52,6 +53,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("hadolint", "Containerfile")
+    # README's layering, as contracts in pyproject.toml; it reads the package from this tree.
+    session.run("lint-imports", env={"PYTHONPATH": str(Path.cwd())})
 
 
 @nox.session
@@ -78,6 +81,28 @@ def dashboard(session: nox.Session) -> None:
     _install(session, "test", "bench")
     out = session.posargs[0] if session.posargs else "docs/dashboard.png"
     session.run("python", "-m", "tests.chart.dashboard_png", out, *session.posargs[1:])
+
+
+@nox.session
+def lowest(session: nox.Session) -> None:
+    """The unit and api tiers on the lowest version of each dependency pyproject.toml allows
+    (uv's lowest-direct resolution; what those depend on, at its newest): a floor that no
+    longer holds fails here rather than on a user's machine."""
+    _packages(session, "promtool=prometheus", "openssl")
+    env = _controlplane(session)
+    session.install("uv>=0.6.6")
+    pinned = Path(session.create_tmp()) / "lowest.txt"
+    pinned.unlink(missing_ok=True)  # uv would keep the versions an earlier run chose
+    python = ("--python", str(Path(session.bin) / "python"))
+    session.run_install(
+        "uv", "pip", "compile", "--quiet", "--resolution=lowest-direct", *python,
+        "pyproject.toml", "--group=pyproject.toml:test", f"--output-file={pinned}",
+    )  # fmt: skip
+    session.run_install("uv", "pip", "sync", "--quiet", *python, str(pinned))
+    session.run_install("uv", "pip", "install", "--quiet", "--no-deps", *python, "-e", ".")
+    session.log(pinned.read_text())
+    paths = _existing("tests/unit", "tests/api")
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none")

@@ -50,11 +50,12 @@ IFA_LOCAL = 2
 IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, interface index
 
 
-def _address_request(op: AddressOp, index: int) -> Request:
-    """What ``ip address add|del ADDRESS/32 dev NAME`` sends (/128 and no DAD for IPv6)."""
+def address_request(op: AddressOp, index: int) -> Request:
+    """What ``ip address add|del ADDRESS/32 dev NAME`` sends (/128 for IPv6, added without
+    duplicate address detection)."""
     address = op.address
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-    flags = IFA_F_NODAD if address.version == 6 else 0
+    flags = IFA_F_NODAD if address.version == 6 and isinstance(op, BindAddress) else 0
     body = (
         IFADDRMSG.pack(family, _prefix_length(address), flags, 0, index)
         + attribute(IFA_LOCAL, address.packed)
@@ -63,6 +64,16 @@ def _address_request(op: AddressOp, index: int) -> Request:
     if isinstance(op, BindAddress):
         return RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, body
     return RTM_DELADDR, 0, body
+
+
+def decode_address(message: bytes) -> tuple[int, IPAddress] | None:
+    """(interface index, address) of one dumped RTM_NEWADDR message; None without an address."""
+    header = NLMSG_HEADER.size
+    index = IFADDRMSG.unpack_from(message, header)[4]
+    found = dict(attributes(message, header + IFADDRMSG.size))
+    # IFA_LOCAL is the interface's own address where IFA_ADDRESS is a point-to-point peer.
+    packed = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
+    return (index, ipaddress.ip_address(packed)) if packed else None
 
 
 class NetlinkAddresses:
@@ -108,13 +119,9 @@ class NetlinkAddresses:
         """(interface index, address) of every address the kernel has."""
         request = IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
         for message in self._socket.request(RTM_GETADDR, NLM_F_DUMP, request):
-            header = NLMSG_HEADER.size
-            index = IFADDRMSG.unpack_from(message, header)[4]
-            found = dict(attributes(message, header + IFADDRMSG.size))
-            # IFA_LOCAL is the interface's own address where IFA_ADDRESS is a point-to-point peer.
-            packed = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
-            if packed:
-                yield index, ipaddress.ip_address(packed)
+            found = decode_address(message)
+            if found is not None:
+                yield found
 
     def addresses(self, name: str) -> frozenset[IPAddress]:
         index = self._index(name)
@@ -129,7 +136,7 @@ class NetlinkAddresses:
         index = self._index(name)
         if index is None:
             return [_refusal(errno.ENODEV) for _ in ops]
-        return self._socket.apply([_address_request(op, index) for op in ops])
+        return self._socket.apply([address_request(op, index) for op in ops])
 
 
 class FakeAddresses:

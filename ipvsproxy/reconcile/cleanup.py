@@ -29,8 +29,8 @@ from ipvsproxy.model import (
     IPVSTable,
     VirtualServerKey,
 )
+from ipvsproxy.names import SETS, set_name
 from ipvsproxy.reconcile.ownership import IPSets, made_by_a_proxy
-from ipvsproxy.translate.ipsets import SETS, set_name
 
 # Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.
 KUBE_PROXY_ONLY_SETS = ("KUBE-LOAD-BALANCER-MASQ",)

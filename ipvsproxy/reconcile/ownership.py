@@ -28,7 +28,7 @@ from ipvsproxy.model import (
     TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.translate.ipsets import set_name
+from ipvsproxy.names import set_name
 
 # NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
 # hash:ip,port ("192.168.10.11,sctp:30080").

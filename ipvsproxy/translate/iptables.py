@@ -23,7 +23,7 @@ from ipvsproxy.model import (
     IptablesRuleset,
     VirtualServerKey,
 )
-from ipvsproxy.translate.ipsets import SETS, set_name
+from ipvsproxy.names import SETS, set_name
 from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
 Rule = tuple[str, ...]

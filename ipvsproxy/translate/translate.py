@@ -36,6 +36,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.names import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
 from ipvsproxy.translate.conflicts import Claim, Claims
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
@@ -50,9 +51,6 @@ from ipvsproxy.translate.iptables import build_iptables
 from ipvsproxy.translate.node import NodeFacts, address_owner, moved_addresses, node_facts
 from ipvsproxy.translate.node_ports import NodePortKey, PortUse, refused_node_port
 from ipvsproxy.translate.settings import Settings
-
-PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
-SCHEDULER_ANNOTATION = "ipvsproxy.io/scheduler"
 
 
 class _Rejected(ValueError):

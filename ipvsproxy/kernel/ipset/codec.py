@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterable
 
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
@@ -20,7 +21,7 @@ from ipvsproxy.kernel.netlink import (
     attribute,
     attributes,
 )
-from ipvsproxy.model import IP_PROTOCOL_NUMBERS, IPFamily, IPSetSpec
+from ipvsproxy.model import IP_PROTOCOL_NUMBERS, IPFamily, IPSetContent, IPSetSpec
 
 # kube-proxy's defaults (pkg/proxy/ipvs/ipset): every hash set, and the bitmap:port range.
 HASH_SIZE = 1024
@@ -197,8 +198,42 @@ def reply_spec(fields: dict[int, bytes]) -> IPSetSpec:
     )
 
 
+def decode_list(messages: Iterable[bytes]) -> dict[str, IPSetContent]:
+    """The sets and entries of the kernel's answer to IPSET_CMD_LIST."""
+    specs: dict[str, IPSetSpec] = {}
+    entries: dict[str, set[str]] = {}
+    # A large set comes in several messages; only the first names its type and family.
+    for message in messages:
+        fields = reply_attributes(message)
+        name = decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]])
+        if ATTR["IPSET_ATTR_TYPENAME"] in fields:
+            specs[name] = reply_spec(fields)
+        members = entries.setdefault(name, set())
+        for _, data in attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b"")):
+            members.add(format_entry(data))
+    return {
+        name: IPSetContent(spec, frozenset(entries.get(name, ()))) for name, spec in specs.items()
+    }
+
+
 def nfproto(spec: IPSetSpec) -> int:
     return NFPROTO_UNSPEC if spec.set_type == "bitmap:port" else NFPROTO_BY_FAMILY[spec.family]
+
+
+def create_body(spec: IPSetSpec, revision: int) -> bytes:
+    """What ``ipset create`` sends for ``spec``, at the type's ``revision``."""
+    return request_body(
+        spec.name,
+        string(ATTR["IPSET_ATTR_TYPENAME"], spec.set_type),
+        u8("IPSET_ATTR_REVISION", revision),
+        u8("IPSET_ATTR_FAMILY", nfproto(spec)),
+        create_data(spec.set_type),
+    )
+
+
+def swap_body(name: str, other: str) -> bytes:
+    """What ``ipset swap NAME OTHER`` sends."""
+    return request_body(name, string(ATTR_SETNAME2, other))
 
 
 def create_data(set_type: str) -> bytes:
