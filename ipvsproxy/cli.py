@@ -20,9 +20,17 @@ from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
+from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    ClusterSnapshot,
+    DesiredState,
+    IPAddress,
+    IPVSTable,
+    ObjectKey,
+    Rejection,
+)
 from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
 from ipvsproxy.render import (
@@ -171,12 +179,21 @@ def _snapshot(
         _fail(str(error))
 
 
+def _translated(
+    read: tuple[ClusterSnapshot, list[Rejection]],
+    config: ProxyConfig,
+    local_addresses: frozenset[IPAddress] | None = None,
+) -> DesiredState:
+    """The desired state; ``local_addresses``: the node's interfaces', where the kernel was read."""
+    snapshot, rejections = read
+    desired = translate(replace(snapshot, local_addresses=local_addresses), config.settings)
+    return replace(desired, rejections=(*rejections, *desired.rejections))
+
+
 def _desired_state(
     source: Path | None, config: ProxyConfig, allow_empty: bool = True
 ) -> DesiredState:
-    snapshot, rejections = _snapshot(source, config, allow_empty)
-    desired = translate(snapshot, config.settings)
-    return replace(desired, rejections=(*rejections, *desired.rejections))
+    return _translated(_snapshot(source, config, allow_empty), config)
 
 
 _output_option = click.option(
@@ -205,14 +222,15 @@ def sync(
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    desired = _desired_state(ctx.params["source"], config, allow_empty)
+    read = _snapshot(ctx.params["source"], config, allow_empty)
     if dry_run:
-        _dry_run(desired, reconciler_settings(config), output)
+        _dry_run(read, config, output)
         return
     _check(require_net_admin)
     with ExitStack() as stack:
         kernel = _open_kernel(stack)
         _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
+        desired = _translated(read, config, kernel.addresses.local_addresses(DUMMY_INTERFACE))
         result = Reconciler(kernel, reconciler_settings(config)).sync(desired)
     if output == "json":
         _write(sync_result_json(result, desired))
@@ -234,15 +252,22 @@ def _write(chunks: Iterable[str], batch: int = 65536) -> None:
     sys.stdout.write("".join(pending))
 
 
-def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -> None:
-    """The plan against the kernel's state when it can be read, else against an empty one."""
+def _dry_run(
+    read: tuple[ClusterSnapshot, list[Rejection]], config: ProxyConfig, output: str
+) -> None:
+    """The plan against the kernel's state when it can be read, else against an empty one
+    (and then with the Node object's addresses for the node's own)."""
+    settings = reconciler_settings(config)
     try:
         require_net_admin()
         with real_kernel() as kernel:
+            local = kernel.addresses.local_addresses(DUMMY_INTERFACE)
+            desired = _translated(read, config, local)
             plan = Reconciler(kernel, settings).plan(desired)
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
         baseline = LIVE_KERNEL
     except PreconditionError as error:
+        desired = _translated(read, config)
         plan = plan_sync(
             desired,
             EMPTY_KERNEL,

@@ -203,11 +203,16 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Everything the proxy knows of the cluster at one instant, from the API or a file."""
+    """Everything the proxy knows of the cluster at one instant, from the API or a file, and
+    of this node's own interfaces."""
 
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
     node: Node | None = None
+    # The addresses of the node's interfaces (kube-ipvs0's aside), as the kernel has them:
+    # kube-proxy's NodePort and "is this address the node's" decisions come from these, not
+    # from the Node object. None where the kernel was not read (a plan against no kernel).
+    local_addresses: frozenset[IPAddress] | None = None
 
 
 @dataclass(frozen=True, slots=True)

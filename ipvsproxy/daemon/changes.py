@@ -21,7 +21,8 @@ class Changes:
     services: frozenset[ObjectKey]
     service_objects: int
     endpoint_slices: frozenset[ObjectKey]
-    # The Node changed: NodePorts, local endpoints and topology may all differ.
+    # The Node, or the addresses of its interfaces, changed: NodePorts, local endpoints and
+    # topology may all differ.
     node: bool
     # When the changes behind the changed slices happened (their trigger-time annotation).
     trigger_times: tuple[float, ...] = ()
@@ -67,7 +68,7 @@ def diff(
         services=frozenset(services) | owners,
         service_objects=len(services),
         endpoint_slices=frozenset(slices),
-        node=before.node != after.node,
+        node=before.node != after.node or before.local_addresses != after.local_addresses,
         trigger_times=tuple(
             found.trigger_time
             for key in slices
