@@ -139,7 +139,9 @@ class NetlinkAddresses:
     def ensure_interface(self, name: str) -> None:
         with refusals_as_os_errors():
             if not self.interface_exists(name):
-                self._route.link("add", ifname=name, kind="dummy")
+                # No transmit queue, as kube-proxy's (netlink's zero TxQLen): nothing is ever
+                # sent on a link that stays down.
+                self._route.link("add", ifname=name, kind="dummy", txqlen=0)
 
     def delete_interface(self, name: str) -> None:
         with refusals_as_os_errors():
