@@ -28,7 +28,6 @@ from ipvsproxy.model import (
     DesiredVirtualServer,
     EndpointSlice,
     IPAddress,
-    IPFamily,
     IPSetContent,
     ObjectKey,
     Rejection,
@@ -51,6 +50,7 @@ from ipvsproxy.translate.settings import Settings
 from ipvsproxy.translate.translate import (
     ServiceCache,
     ServiceState,
+    health_check_families,
     health_check_node_port,
     on_node,
     proxied,
@@ -257,7 +257,7 @@ class IncrementalTranslation:
         members = [hairpin_member(protocol, real) for protocol, real in found.hairpin]
         port = health_check_node_port(service)
         if port is not None:
-            families = {IPFamily.of(vs_key.address) for vs_key in found.servers}
+            families = health_check_families(found, node)
             members += [health_check_member(family, port) for family in families]
             self._health_checks[key] = port
             self._health_checks_changed = True

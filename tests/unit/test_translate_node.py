@@ -1,5 +1,5 @@
 """The node's own addresses come from its interfaces, as kube-proxy reads them, not from the
-Node object: NodePorts and "is this address local"."""
+Node object: NodePorts, "is this address local", and the health-check node port set."""
 
 from __future__ import annotations
 
@@ -15,6 +15,14 @@ from tests.unit.test_translate_rules import NODE, NODE_IP, ep, eps, svc, vs
 LISTED = NODE_IP  # the Node object's InternalIP
 SECOND_NIC = "10.251.0.11"  # on an interface, not in the Node object
 NODE_PORT = svc({"type": "NodePort", "ports": [{"name": "p", "port": 80, "nodePort": 30080}]})
+LOCAL_LB = svc(
+    {
+        "type": "LoadBalancer",
+        "externalTrafficPolicy": "Local",
+        "healthCheckNodePort": 32000,
+        "ports": [{"name": "p", "port": 80, "nodePort": 30080}],
+    }
+)
 
 
 def addresses(*texts: str) -> frozenset[IPAddress]:
@@ -68,3 +76,21 @@ def test_nodeport_addresses_primary_is_the_listed_address_where_an_interface_has
     primary = Settings(nodeport_primary=True)
     assert node_ports(run([NODE_PORT], addresses(LISTED, SECOND_NIC), primary)) == {LISTED}
     assert node_ports(run([NODE_PORT], addresses(SECOND_NIC), primary)) == set()
+
+
+def health_check_set(state: DesiredState) -> frozenset[str]:
+    return state.ipsets["KUBE-HEALTH-CHECK-NODE-PORT"].entries
+
+
+def test_health_check_node_port_opens_only_where_node_ports_are_served() -> None:
+    """With --nodeport-addresses matching no address, nothing listens on the health-check
+    node port, and KUBE-HEALTH-CHECK-NODE-PORT must not open it through INPUT."""
+    local = addresses(LISTED, SECOND_NIC)
+    matching, _ = parse_nodeport_addresses(["192.168.0.0/24"])
+    nothing, _ = parse_nodeport_addresses(["172.31.0.0/16"])
+    state = run([LOCAL_LB], local, Settings(nodeport_addresses=matching))
+    assert health_check_set(state) == {"32000"}
+    state = run([LOCAL_LB], local, Settings(nodeport_addresses=nothing))
+    assert health_check_set(state) == frozenset()
+    # The health-check server is still wanted: where it listens is the daemon's business.
+    assert list(state.health_check_node_ports.values()) == [32000]
