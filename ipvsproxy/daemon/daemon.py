@@ -180,6 +180,7 @@ class Daemon:
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
+        log.debug("syncing")
         with self._pending_lock:
             self._pending.clear()
         self.metrics.service_changes_pending.set(0)

@@ -19,7 +19,7 @@ from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
 from ipvsproxy.daemon.http import parse_bind_address
-from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
+from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter, configure
 from ipvsproxy.daemon.nodeports import health_check_hosts
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import RACY_WINDOW_NS, FileSource, signature_of
@@ -214,6 +214,27 @@ def test_json_logs_are_one_object_per_line_with_the_events_fields() -> None:
 def test_text_logs_put_the_fields_after_the_message() -> None:
     line = TextFormatter().format(_record(mode="full"))
     assert line.endswith(' info synced now mode="full"')
+
+
+@pytest.mark.parametrize("verbosity", [0, 4])
+def test_verbosity_four_shows_our_debug_lines_and_never_the_libraries(
+    verbosity: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, own = logging.getLogger(), logging.getLogger("ipvsproxy")
+    saved = (root.handlers[:], root.level, own.level)
+    try:
+        configure("text", verbosity)
+        logging.getLogger("ipvsproxy.daemon.daemon").debug("syncing")
+        logging.getLogger("pyroute2.netlink").debug("every message decoded")
+        logging.getLogger("kubernetes.client").info("a library's info")
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        own.setLevel(saved[2])
+    logged = capsys.readouterr().err
+    assert ("debug syncing" in logged) is (verbosity == 4)
+    assert "every message decoded" not in logged
+    assert "a library's info" in logged
 
 
 @pytest.mark.parametrize(
