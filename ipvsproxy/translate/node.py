@@ -50,15 +50,23 @@ def _node_port_candidate(address: IPAddress) -> bool:
 def node_port_addresses(
     local: Iterable[IPAddress], primary: Mapping[IPFamily, IPAddress], settings: Settings
 ) -> tuple[IPAddress, ...]:
-    """The node's addresses that carry NodePorts, in a stable order, as kube-proxy picks them:
-    all, or those inside --nodeport-addresses, or (``primary``) the Node's primary addresses
-    that the node really has."""
-    usable = [a for a in local if _node_port_candidate(a)]
-    if settings.nodeport_primary:
-        usable = [a for a in usable if a in primary.values()]
-    elif settings.nodeport_addresses:
-        usable = [a for a in usable if any(a in net for net in settings.nodeport_addresses)]
-    return tuple(sorted(set(usable), key=lambda a: (a.version, int(a))))
+    """The node's addresses that carry NodePorts, in a stable order, as kube-proxy picks them
+    for each family: those inside the family's --nodeport-addresses CIDRs (``primary``: the
+    Node's primary address of the family, where the node really has it), and all of them
+    when the flag names none of the family (kube-proxy warns, then serves them all)."""
+    chosen = []
+    for address in local:
+        if not _node_port_candidate(address):
+            continue
+        family = IPFamily.of(address)
+        if settings.nodeport_primary:
+            keep = family not in primary or address == primary[family]
+        else:
+            nets = [net for net in settings.nodeport_addresses if IPFamily.of(net) is family]
+            keep = not nets or any(address in net for net in nets)
+        if keep:
+            chosen.append(address)
+    return tuple(sorted(set(chosen), key=lambda a: (a.version, int(a))))
 
 
 def node_facts(snapshot: ClusterSnapshot, settings: Settings) -> NodeFacts:

@@ -329,10 +329,12 @@ def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
     ("nodeport_addresses", "expected"),
     [
         ([], None),
-        (["192.168.10.0/24"], ["192.168.10.11"]),
+        # A family the flag names no CIDR of keeps all its addresses, as kube-proxy's.
+        (["192.168.10.0/24"], ["192.168.10.11", "fd00::11"]),
+        (["192.168.10.0/24", "fd00:1::/64"], ["192.168.10.11"]),
         (["192.168.10.0/24", "0.0.0.0/0"], None),
         (["primary"], ["192.168.10.11", "fd00::11"]),
-        (["10.0.0.0/8"], []),
+        (["10.0.0.0/8", "fd00:1::/64"], []),
     ],
 )
 def test_health_check_node_ports_listen_where_nodeport_addresses_says(

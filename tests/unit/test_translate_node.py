@@ -94,3 +94,20 @@ def test_health_check_node_port_opens_only_where_node_ports_are_served() -> None
     assert health_check_set(state) == frozenset()
     # The health-check server is still wanted: where it listens is the daemon's business.
     assert list(state.health_check_node_ports.values()) == [32000]
+
+
+def test_nodeport_addresses_apply_per_family_and_a_family_without_any_keeps_them_all() -> None:
+    """kube-proxy's per-family proxiers: CIDRs of IPv4 only leave IPv6 unfiltered (it warns
+    that NodePorts are then accepted on every IPv6 address), and the reverse."""
+    local = addresses(LISTED, SECOND_NIC, "fd00::10", "fd00:251::11")
+    v4_only, _ = parse_nodeport_addresses(["10.251.0.0/16"])
+    dual = NODE_PORT | {"spec": {**NODE_PORT["spec"], "ipFamilyPolicy": "RequireDualStack",
+                                 "clusterIPs": ["10.96.0.1", "fd00:96::1"]}}  # fmt: skip
+    state = run([dual], local, Settings(nodeport_addresses=v4_only))
+    assert node_ports(state) == {SECOND_NIC, "fd00::10", "fd00:251::11"}
+    v6_only, _ = parse_nodeport_addresses(["fd00:251::/64"])
+    state = run([dual], local, Settings(nodeport_addresses=v6_only))
+    assert node_ports(state) == {LISTED, SECOND_NIC, "fd00:251::11"}
+    # primary: the Node lists no IPv6 address, so IPv6 keeps every address.
+    state = run([dual], local, Settings(nodeport_primary=True))
+    assert node_ports(state) == {LISTED, "fd00::10", "fd00:251::11"}
