@@ -90,6 +90,19 @@ def e2e(session: nox.Session) -> None:
 
 
 @nox.session
+def differential(session: nox.Session) -> None:
+    """ipvsproxy and the real kube-proxy --proxy-mode=ipvs side by side on one cluster in the
+    lab: the named scenarios and random steps, every difference explained or failing.
+
+    ``nox -s differential -- --steps 2000`` (or IPVSPROXY_DIFFERENTIAL_STEPS) for a longer
+    random run; it prints ``differential: N scenarios, M steps, K differences, K explained``.
+    """
+    env = _controlplane(session)
+    _install(session, "test")
+    session.run("python", "-m", "tests.differential", *session.posargs, env=env)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """The scale benchmark: bench-results/report.md, report.json and latency.png (git-ignored).
 

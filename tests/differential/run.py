@@ -1,0 +1,169 @@
+"""One lab boot of the differential run: the control plane, then, under each profile of this
+boot's share, both proxies on their mirrored nodes and the work: the named scenarios' phases
+in lockstep, or the random steps. Every comparison's differences go to a JSON file for the
+host (``__main__``), and to the console as they are found."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.controlplane.build import located
+from tests.controlplane.cluster import SERVICE_CIDR, ControlPlane
+from tests.differential import machine
+from tests.differential.cluster import Cluster
+from tests.differential.corpus import SCENARIOS
+from tests.differential.pair import Pair, iptables_flavour
+from tests.differential.profiles import PROFILES
+from tests.differential.results import Found, Results, found_in
+from tests.differential.scenario import Scenario, Writer
+from tests.differential.topology import FABRIC_IPV4, NODE_A, NODE_B, NODE_C, set_up_fabric
+
+# The control plane's data: a tmpfs inside the lab (/dev/shm is not there).
+WORK = Path("/run/differential")
+SERVICE_CIDRS = f"{SERVICE_CIDR},fd00:10:96::/108"
+# Scenarios written at once: the API server answers concurrent requests sooner, even on one CPU.
+WRITERS = 6
+
+
+def log(message: str) -> None:
+    print(f"differential: {message}", flush=True)
+
+
+def _record(results: Results, found: list[Found]) -> None:
+    results.found += found
+    for one in found:
+        print(one, flush=True)
+
+
+def run_scenarios(
+    pair: Pair, cluster: Cluster, scenarios: Iterable[Scenario], results: Results
+) -> None:
+    """The profile's rounds: each writes one phase of every scenario, then both proxies sync,
+    the kernels are compared and the phase's traffic verdicts taken."""
+    chosen = [s for s in scenarios if pair.profile.name in s.profiles]
+    writer = Writer(cluster)
+    for index, name in enumerate(pair.profile.rounds, 1):
+        started = time.monotonic()
+        phases = [(s, p) for s in chosen if (p := s.phase(name)) is not None]
+        with ThreadPoolExecutor(WRITERS) as pool:
+            list(pool.map(lambda sp: writer.write(sp[1].objects, sp[0].namespace), phases))
+        written = time.monotonic()
+        took = pair.wait(cluster)
+        synced = time.monotonic()
+        found = pair.differences()
+        probes = [p for scenario, _ in phases for p in scenario.traffic if name in p.after]
+        found += pair.traffic(cluster, probes)
+        results.compares += 1
+        results.probes += len(probes)
+        log(
+            f"{pair.profile.name} round {index} ({name}): {len(phases)} scenarios written in "
+            f"{written - started:.1f} s, synced ({took}), compared in "
+            f"{time.monotonic() - synced:.1f} s, {len(found)} differences, "
+            f"{len(probes)} traffic verdicts"
+        )
+        moment = f"round {index} ({name})"
+        _record(results, [found_in(pair.profile, moment, d, cluster) for d in found])
+    results.scenarios += [s.name for s in chosen if s.name not in results.scenarios]
+
+
+def random_steps(
+    pair: Pair, cluster: Cluster, results: Results, *, steps: int, budget: float
+) -> None:
+    """The random steps under ``pair``'s profile (see ``machine``)."""
+    progress = machine.Progress()
+
+    def compare(moment: str) -> list[tuple[str, str | None]]:
+        started = time.monotonic()
+        took = pair.wait(cluster)
+        synced = time.monotonic()
+        found = [found_in(pair.profile, moment, d, cluster) for d in pair.differences()]
+        results.compares += 1
+        log(
+            f"{moment}: {progress.steps} steps so far, synced ({took}), compared in "
+            f"{time.monotonic() - synced:.1f} s ({synced - started:.1f} s waiting), "
+            f"{len(found)} differences"
+        )
+        _record(results, found)
+        return [(str(one), one.explained) for one in found]
+
+    started = time.monotonic()
+    try:
+        machine.run(cluster, compare, steps, budget, progress)
+    finally:
+        results.steps += progress.steps
+        log(
+            f"random steps: {progress.steps} in {progress.batches} batches "
+            f"({progress.refused} refused by the API server) in "
+            f"{time.monotonic() - started:.0f} s"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.differential.run")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--logs", type=Path, required=True)
+    parser.add_argument("--profiles", default="", help="profiles whose scenarios to run")
+    parser.add_argument("--steps", type=int, default=0, help="random steps (default profile)")
+    parser.add_argument("--shrink-budget", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    binaries = located()
+    if binaries is None:
+        raise SystemExit("the control plane is not built: python3 -m tests.controlplane.build")
+    results = Results()
+    WORK.mkdir(parents=True, exist_ok=True)
+    set_up_fabric()
+    flavour = iptables_flavour()
+    log(f"iptables flavour {flavour}")
+    started = time.monotonic()
+    control_plane = ControlPlane(
+        binaries,
+        WORK / "control-plane",
+        address=FABRIC_IPV4,
+        apiserver_args=(f"--service-cluster-ip-range={SERVICE_CIDRS}",),
+    )
+    control_plane.start()
+    log(f"control plane up in {time.monotonic() - started:.0f} s")
+    cluster = Cluster(control_plane)
+    work = [("random", "default")] if args.steps else []
+    work += [("scenarios", name) for name in args.profiles.split(",") if name]
+    try:
+        for node in (NODE_A, NODE_B, NODE_C):
+            cluster.apply(node.node_object())
+        for what, name in work:
+            profile = PROFILES[name]
+            pair = Pair(
+                profile, binaries, control_plane.kubeconfig, flavour, args.logs / what / name
+            )
+            started = time.monotonic()
+            pair.start()
+            try:
+                pair.wait(cluster)
+                took = time.monotonic() - started
+                log(f"{what} under {name}: both proxies synced in {took:.0f} s")
+                _record(
+                    results, [found_in(profile, "start", d, cluster) for d in pair.differences()]
+                )
+                if what == "random":
+                    random_steps(
+                        pair, cluster, results, steps=args.steps, budget=args.shrink_budget
+                    )
+                else:
+                    run_scenarios(pair, cluster, SCENARIOS, results)
+            except Exception as error:  # the host reports what went wrong, and goes on
+                results.errors.append(f"{what} under {name}: {type(error).__name__}: {error}")
+                log(results.errors[-1])
+            finally:
+                pair.stop()
+    finally:
+        control_plane.stop()
+        args.out.write_text(json.dumps(results.to_json(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
