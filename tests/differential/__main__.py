@@ -17,6 +17,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tests.differential.plan import shares
 from tests.differential.profiles import PROFILES
 from tests.differential.report import Summary, merge, render
 from tests.lab.boot import boot_count, run_in_lab, unavailable_reason
@@ -25,24 +26,6 @@ STEPS_VARIABLE = "IPVSPROXY_DIFFERENTIAL_STEPS"
 DEFAULT_STEPS = 200
 # Each boot holds etcd, the API server, both proxies and their namespaces.
 LAB_MEMORY = "3G"
-
-
-def shares(boots: int, steps: int) -> list[list[str]]:
-    """Each boot's command-line share of the work, the dearest first: the default profile's
-    scenarios (every scenario), the random steps, then the other profiles' few scenarios."""
-    work = [["--profiles", "default"]]
-    if steps:
-        work.append(["--steps", str(steps)])
-    work += [["--profiles", name] for name in PROFILES if name != "default"]
-    boxes: list[list[str]] = [[] for _ in range(min(boots, len(work)))]
-    for index, item in enumerate(work):
-        box = boxes[index % len(boxes)]
-        if item[0] == "--profiles" and "--profiles" in box:
-            position = box.index("--profiles") + 1
-            box[position] = f"{box[position]},{item[1]}"
-        else:
-            box += item
-    return boxes
 
 
 def main(argv: list[str]) -> int:
@@ -60,7 +43,7 @@ def main(argv: list[str]) -> int:
         print(f"differential: the lab is unavailable: {reason}", flush=True)
         return 1 if os.environ.get("CI") == "true" else 0
     args.logs.mkdir(parents=True, exist_ok=True)
-    work = shares(boot_count(), args.steps)
+    work = shares(boot_count(), args.steps, list(PROFILES))
     with tempfile.TemporaryDirectory(prefix="ipvsproxy-differential-") as folder:
         outs = [Path(folder) / f"boot{index}.json" for index in range(len(work))]
 
@@ -68,7 +51,7 @@ def main(argv: list[str]) -> int:
             command = [
                 sys.executable, "-m", "tests.differential.run",
                 "--out", str(outs[index]), "--logs", str(args.logs.resolve() / f"boot{index}"),
-                *work[index],
+                *(f"--work={item}" for item in work[index]),
             ]  # fmt: skip
             env = {"IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM") or LAB_MEMORY}
             if index == 0:

@@ -144,7 +144,8 @@ class Cluster:
             current = self.api.request("PUT", _path(what) + suffix, versioned)
         return current
 
-    def delete(self, what: Ref) -> None:
+    def delete(self, what: Ref) -> bool:
+        """Delete the object; whether there was one."""
         if what.kind == "Service":
             self.owners.forget(what)
         try:
@@ -152,6 +153,8 @@ class Cluster:
         except ApiError as error:
             if error.status != 404:
                 raise
+            return False
+        return True
 
     def get(self, what: Ref) -> JsonObject | None:
         try:

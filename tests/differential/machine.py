@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from tests.controlplane.cluster import ApiError
-from tests.differential.cluster import Cluster, JsonObject, Ref
+from tests.differential.cluster import Cluster, JsonObject, Ref, ref
 from tests.differential.objects import endpoint, endpoint_slice, port, service, slice_port
 from tests.differential.topology import NODE_A, NODE_B, NODE_C
 
@@ -141,8 +141,9 @@ def slices(draw: st.DrawFn, slot: int, index: int) -> JsonObject:
     for number in draw(st.lists(st.integers(1, 4), max_size=4, unique=True)):
         ready, serving, terminating = draw(st.sampled_from(CONDITIONS))
         placement = draw(st.sampled_from(["twins", "remote"]))
+        # Drawn once for both twins, so the two nodes stay mirrored.
+        zone = draw(st.sampled_from(["zone-1", "zone-2"])) if hinted == "zone" else None
         for node in (NODE_A, NODE_B) if placement == "twins" else (NODE_C,):
-            zone = draw(st.sampled_from(["zone-1", "zone-2"])) if hinted == "zone" else None
             endpoints.append(
                 endpoint(
                     node,
@@ -223,24 +224,36 @@ class _Context:
     cluster: Cluster
     compare: Compare
     progress: Progress
+    # Each object's resourceVersion as last written: whether a write changed it.
+    versions: ClassVar[dict[Ref, str]] = {}
 
 
-def _apply(change: Change) -> bool:
-    """Make the change; False when the API server refused it (nothing changed)."""
-    cluster = _Context.cluster
+def _apply(change: Change) -> bool | None:
+    """Make the change: True when the cluster changed, False when it already was so, None
+    when the API server refused it."""
+    cluster, versions = _Context.cluster, _Context.versions
     try:
-        if change.apply is not None and change.apply["kind"] == "Zone":
-            for node in (NODE_A, NODE_B, NODE_C):
-                cluster.apply(node.node_object(zone=change.apply["zone"]))
-        elif change.apply is not None:
-            cluster.apply(change.apply)
-        elif change.delete is not None:
-            cluster.delete(change.delete)
+        if change.delete is not None:
+            versions.pop(change.delete, None)
+            return cluster.delete(change.delete)
+        assert change.apply is not None
+        if change.apply["kind"] == "Zone":
+            nodes = [
+                node.node_object(zone=change.apply["zone"]) for node in (NODE_A, NODE_B, NODE_C)
+            ]
+            applied = [cluster.apply(node) for node in nodes]
+        else:
+            applied = [cluster.apply(change.apply)]
     except ApiError as error:
         if error.status not in (409, 422):
             raise
-        return False
-    return True
+        return None
+    changed = False
+    for obj in applied:
+        key, version = ref(obj), obj["metadata"]["resourceVersion"]
+        changed |= versions.get(key) != version
+        versions[key] = version
+    return changed
 
 
 class DifferentialMachine(RuleBasedStateMachine):
@@ -250,22 +263,31 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.active = _Context.progress.active()
         self.steps: list[str] = []
 
-    # About 20 changes a batch: shrinking turns the ones a failure does not need into deletes
-    # of nothing, which change nothing.
-    @rule(batch=st.lists(changes(), min_size=10, max_size=30))
+    # About 25 changes a batch (a kube-proxy sync costs the same for one): shrinking turns
+    # the ones a failure does not need into deletes of nothing, which change nothing.
+    @rule(batch=st.lists(changes(), min_size=20, max_size=30))
     def change_then_compare(self, batch: list[Change]) -> None:
-        if not self.active:
-            return
         progress = _Context.progress
-        for change in batch:
-            if _apply(change):
+        if not (self.active and progress.active()):
+            return
+        # Node changes first: their watch is not ordered with the marker's, and the rest of
+        # the batch leaves both proxies time to take them before the marker comes.
+        for change in sorted(batch, key=lambda c: c.apply is None or c.apply["kind"] != "Zone"):
+            # A step is a change the cluster made: a write of what is already there, or a
+            # delete of nothing, is not counted.
+            outcome = _apply(change)
+            if outcome:
                 self.steps.append(change.description)
                 progress.steps += 1
-            else:
+            elif outcome is None:
                 progress.refused += 1
         progress.batches += 1
         found = _Context.compare(f"random batch {progress.batches}")
         unexplained = [text for text, why in found if why is None]
+        if unexplained:
+            # From now on hypothesis shrinks it: its replays must touch the cluster.
+            progress.fail()
+            print("differential: the random steps so far:\n  " + "\n  ".join(self.steps))
         assert not unexplained, (
             "unexplained differences after:\n  "
             + "\n  ".join(self.steps)
@@ -282,6 +304,7 @@ class DifferentialMachine(RuleBasedStateMachine):
                 _Context.cluster.delete(Ref("EndpointSlice", NAMESPACE, f"s{slot}-{index}"))
             _Context.cluster.delete(Ref("Service", NAMESPACE, f"s{slot}"))
         _apply(Change("nodes in zone-1", apply={"kind": "Zone", "zone": "zone-1"}))
+        _Context.versions.clear()
         found = _Context.compare("random teardown")
         unexplained = [text for text, why in found if why is None]
         if unexplained:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from tests.differential import machine
 from tests.differential.cluster import Cluster
 from tests.differential.corpus import SCENARIOS
 from tests.differential.pair import Pair, iptables_flavour
+from tests.differential.plan import Work
 from tests.differential.profiles import PROFILES
 from tests.differential.results import Found, Results, found_in
 from tests.differential.scenario import Scenario, Writer
@@ -43,9 +45,9 @@ def _record(results: Results, found: list[Found]) -> None:
 def run_scenarios(
     pair: Pair, cluster: Cluster, scenarios: Iterable[Scenario], results: Results
 ) -> None:
-    """The profile's rounds: each writes one phase of every scenario, then both proxies sync,
-    the kernels are compared and the phase's traffic verdicts taken."""
-    chosen = [s for s in scenarios if pair.profile.name in s.profiles]
+    """The profile's rounds: each writes one phase of every one of ``scenarios``, then both
+    proxies sync, the kernels are compared and the phase's traffic verdicts taken."""
+    chosen = list(scenarios)
     writer = Writer(cluster)
     for index, name in enumerate(pair.profile.rounds, 1):
         started = time.monotonic()
@@ -107,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.differential.run")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--logs", type=Path, required=True)
-    parser.add_argument("--profiles", default="", help="profiles whose scenarios to run")
-    parser.add_argument("--steps", type=int, default=0, help="random steps (default profile)")
+    parser.add_argument(
+        "--work", action="append", type=Work.parse, default=[], help="PROFILE:I/N:STEPS"
+    )
     parser.add_argument("--shrink-budget", type=float, default=900.0)
     args = parser.parse_args(argv)
     binaries = located()
@@ -129,40 +132,47 @@ def main(argv: list[str] | None = None) -> int:
     control_plane.start()
     log(f"control plane up in {time.monotonic() - started:.0f} s")
     cluster = Cluster(control_plane)
-    work = [("random", "default")] if args.steps else []
-    work += [("scenarios", name) for name in args.profiles.split(",") if name]
     try:
         for node in (NODE_A, NODE_B, NODE_C):
             cluster.apply(node.node_object())
-        for what, name in work:
-            profile = PROFILES[name]
-            pair = Pair(
-                profile, binaries, control_plane.kubeconfig, flavour, args.logs / what / name
-            )
+        for work in args.work:
+            profile = PROFILES[work.profile]
+            logs = args.logs / f"{work.profile}-{work.part[0]}"
+            pair = Pair(profile, binaries, control_plane.kubeconfig, flavour, logs)
             started = time.monotonic()
             pair.start()
             try:
                 pair.wait(cluster)
-                took = time.monotonic() - started
-                log(f"{what} under {name}: both proxies synced in {took:.0f} s")
-                _record(
-                    results, [found_in(profile, "start", d, cluster) for d in pair.differences()]
-                )
-                if what == "random":
+                log(f"{work}: both proxies synced in {time.monotonic() - started:.0f} s")
+                start = [found_in(profile, "start", d, cluster) for d in pair.differences()]
+                _record(results, start)
+                index, count = work.part
+                chosen = [s for s in SCENARIOS if work.profile in s.profiles][index::count]
+                run_scenarios(pair, cluster, chosen, results)
+                if work.steps:
                     random_steps(
-                        pair, cluster, results, steps=args.steps, budget=args.shrink_budget
+                        pair, cluster, results, steps=work.steps, budget=args.shrink_budget
                     )
-                else:
-                    run_scenarios(pair, cluster, SCENARIOS, results)
             except Exception as error:  # the host reports what went wrong, and goes on
-                results.errors.append(f"{what} under {name}: {type(error).__name__}: {error}")
+                results.errors.append(f"{work}: {type(error).__name__}: {error}")
                 log(results.errors[-1])
             finally:
                 pair.stop()
     finally:
         control_plane.stop()
         args.out.write_text(json.dumps(results.to_json(), indent=1))
+        busy, total = cpu_seconds()
+        log(f"this boot's CPU was busy {busy:.0f} s of {total:.0f} s (what one free core needs)")
     return 0
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """The lab kernel's CPU time since boot, busy and in all, from /proc/stat: on a loaded
+    machine the wall clock says little, the busy time what a core of its own would take."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
 
 
 if __name__ == "__main__":

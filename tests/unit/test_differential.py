@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.differential.__main__ import shares
 from tests.differential.capture import Capture
 from tests.differential.corpus import SCENARIOS
 from tests.differential.known import EXPLANATIONS, Context, explain, node_port_families
+from tests.differential.machine import Progress, changes
 from tests.differential.normalise import Difference, compare, map_addresses, normalise
+from tests.differential.plan import Work, shares
 from tests.differential.profiles import PROFILES
 from tests.differential.report import merge, render
 from tests.differential.scenario import Writer
@@ -333,20 +336,20 @@ def test_external_and_load_balancer_addresses_are_each_scenarios_own() -> None:
                     assert owner.setdefault(address, scenario.name) == scenario.name, address
 
 
-def test_every_profile_and_the_random_steps_run_in_exactly_one_boot() -> None:
+def test_every_profile_and_share_of_the_scenarios_runs_once_and_the_random_steps_once() -> None:
     for boots in (1, 2, 3, 8):
-        work = shares(boots, 200)
-        profiles = [
-            p
-            for box in work
-            for i, w in enumerate(box)
-            if i and box[i - 1] == "--profiles"
-            for p in w.split(",")
-        ]
-        assert sorted(profiles) == sorted(PROFILES)
-        assert sum(box.count("--steps") for box in work) == 1
-        assert len(work) <= boots
-    assert all("--steps" not in box for box in shares(2, 0))
+        work = shares(boots, 200, list(PROFILES))
+        assert len(work) == boots
+        items = [item for box in work for item in box]
+        defaults = sorted(w.part for w in items if w.profile == "default")
+        assert defaults == [(index, boots) for index in range(boots)]
+        others = sorted(w.profile for w in items if w.profile != "default")
+        assert others == sorted(p for p in PROFILES if p != "default")
+        assert sum(w.steps for w in items) == 200
+        assert all(Work.parse(str(w)) == w for w in items)
+    # Two boots: the random steps' boot takes fewer other profiles.
+    first, second = shares(2, 200, list(PROFILES))
+    assert second[0].steps == 200 and len(first) > len(second)
 
 
 class _RecordingCluster:
@@ -378,3 +381,24 @@ def test_a_phase_writes_what_changed_and_deletes_what_is_no_longer_wanted() -> N
         "delete EndpointSlice web-ipv4",
         "delete Service web",
     ]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_random_steps_keep_the_two_nodes_mirrored(data: st.DataObject) -> None:
+    change = data.draw(changes())
+    if change.apply is None or change.apply["kind"] != "EndpointSlice":
+        return
+    twins = [k for k, n in _endpoints(change.apply).items() if k[0] == "twin" for _ in range(n)]
+    assert all(count % 2 == 0 for count in Counter(twins).values()), change.apply
+
+
+def test_the_random_run_stops_at_its_target_but_shrinks_a_failure_within_its_budget() -> None:
+    progress = Progress(target=200, shrink_budget=3600.0)
+    assert progress.active()
+    progress.steps = 200
+    assert not progress.active()
+    progress.fail()
+    assert progress.active(), "hypothesis' replays of the failure must touch the cluster"
+    progress.shrink_budget = 0.0
+    assert not progress.active()
