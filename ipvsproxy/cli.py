@@ -118,9 +118,15 @@ _PROXY_FLAGS = (
     click.option("--service-external-ip-range", metavar="CIDRS", multiple=True,
                  help="Accept externalIPs only inside these CIDRs (repeatable, or comma-"
                  "separated); others are ignored with a warning [default: any]."),
+    click.option("--service-node-port-range", metavar="LOW-HIGH",
+                 help="Serve nodePorts and healthCheckNodePorts only inside this range, as "
+                 "kube-apiserver's flag of that name allocates them [default: 30000-32767]."),
     click.option("--api-timeout", metavar="DURATION",
                  help="The longest a one-shot read of the cluster from the API server may "
                  "take, however slowly it answers [default: 60s]."),
+    click.option("--source-max-file-size", metavar="SIZE",
+                 help="The largest --source file read, in bytes or with a suffix (Ki, Mi, "
+                 "Gi, k, M, G); a larger one is refused [default: 64Mi]."),
 )  # fmt: skip
 
 
@@ -151,13 +157,26 @@ def _resolve(ctx: click.Context) -> Resolved:
         _fail(str(error))
 
 
+def _require_node_name(config: ProxyConfig) -> None:
+    """Exit 2 in one line when the node's name, needed now, is the host name and no node name
+    (a command that reads no cluster never needs it)."""
+    if config.hostname_problem:
+        _fail(config.hostname_problem)
+
+
 def _snapshot(
     source: Path | None, config: ProxyConfig, allow_empty: bool
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
     """The cluster from --source, else from the API server (--kubeconfig, --master)."""
+    _require_node_name(config)
     if source is not None:
         try:
-            return load_snapshot(source, config.hostname, allow_empty=allow_empty)
+            return load_snapshot(
+                source,
+                config.hostname,
+                allow_empty=allow_empty,
+                max_file_size=config.source_max_file_size,
+            )
         except SourceError as error:
             _fail(str(error))
     # Imported here: the kubernetes client takes most of the CLI's start-up time, and a
@@ -394,6 +413,7 @@ def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: objec
     from ipvsproxy.daemon.main import DaemonError, serve_daemon  # noqa: PLC0415
 
     resolved = _resolve(ctx)
+    _require_node_name(resolved.config)
     try:
         serve_daemon(
             resolved.config,

@@ -20,10 +20,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ipvsproxy.bounded_load import LoadError, load_documents
+from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
+from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
+from ipvsproxy.cluster.validation import SUBDOMAIN_MAX, is_dns1123_subdomain
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
-from ipvsproxy.translate.settings import LocalDetectMode, Settings, parse_nodeport_addresses
+from ipvsproxy.translate.settings import (
+    DEFAULT_NODE_PORT_RANGE,
+    KUBELET_PORT,
+    LocalDetectMode,
+    Settings,
+    parse_nodeport_addresses,
+    parse_port_range,
+)
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
 KIND = "KubeProxyConfiguration"
@@ -85,11 +94,14 @@ IGNORED_FIELDS = frozenset(
 )
 
 MASQUERADE_BIT_MAX = 31
+# A KubeProxyConfiguration is a few kilobytes, and a ConfigMap holds at most 1 MiB.
+MAX_CONFIG_FILE_BYTES = 1 << 20
 
 # Flags that win over the file, as in kube-proxy. Every other flag loses to --config.
 FLAGS_OVER_FILE = frozenset({"--hostname-override"})
 # Our flags beyond kube-proxy's: the file has no field for them, so they apply with --config.
 EXTERNAL_IP_RANGE_FLAG = "--service-external-ip-range"
+NODE_PORT_RANGE_FLAG = "--service-node-port-range"
 API_TIMEOUT_FLAG = "--api-timeout"
 DEFAULT_API_TIMEOUT = 60.0
 
@@ -109,8 +121,38 @@ DEFAULTS: Mapping[str, Any] = {
 }
 LOGGING_FORMATS = ("text", "json")
 
+
+@dataclass(frozen=True, slots=True)
+class DurationBound:
+    """The longest a duration may be: as Go writes it, and why, for the error message."""
+
+    text: str
+    why: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return parse_duration(self.text)
+
+
+# Long enough for any use we can think of, short enough that no timer or deadline overflows.
+LONGEST = DurationBound("24h")
+# The kernel keeps IPVS timeouts in jiffies in an int and refuses more than INT_MAX / HZ
+# seconds: 2147483 s at the highest HZ (1000). Beyond, every sync would fail (and beyond
+# 2^32 s, not even be sent).
+LONGEST_IPVS_TIMEOUT = DurationBound("596h31m23s", " (2147483 s, the kernel's limit)")
+DURATION_BOUNDS: Mapping[str, DurationBound] = {
+    "ipvs.syncPeriod": LONGEST,
+    "ipvs.minSyncPeriod": LONGEST,
+    "ipvs.tcpTimeout": LONGEST_IPVS_TIMEOUT,
+    "ipvs.tcpFinTimeout": LONGEST_IPVS_TIMEOUT,
+    "ipvs.udpTimeout": LONGEST_IPVS_TIMEOUT,
+}
+
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# Kubernetes quantity suffixes, as in "64Mi".
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|k|M|G)?")
+_UNIT_BYTES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -124,6 +166,9 @@ class ProxyConfig:
 
     settings: Settings
     hostname: str
+    # Why the host name, taken for want of --hostname-override and $NODE_NAME, is no node
+    # name: a command that reads the cluster refuses it; one that does not never needs it.
+    hostname_problem: str = ""
     kubeconfig: Path | None = None
     master: str = ""
     sync_period: float = 30.0  # seconds
@@ -135,6 +180,8 @@ class ProxyConfig:
     logging_format: str = "text"
     # The longest a one-shot read of the cluster may take, however the API server trickles.
     api_timeout: float = DEFAULT_API_TIMEOUT
+    # The largest --source file read, in bytes.
+    source_max_file_size: int = DEFAULT_MAX_FILE_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +200,25 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(number + unit for number, unit in parts) != body:
         raise ValueError(text)
     return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as kube-proxy's bind-address flags take it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    host = host.removeprefix("[").removesuffix("]")
+    if host:
+        ipaddress.ip_address(host)
+    return host or "0.0.0.0", int(port)
+
+
+def parse_size(text: str) -> int:
+    """A byte count, plain or with a Kubernetes quantity suffix (``64Mi``, ``500k``)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(text)
+    return int(match[1]) * _UNIT_BYTES[match[2] or ""]
 
 
 def _network(text: str) -> IPNetwork:
@@ -214,7 +280,8 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The fields of a KubeProxyConfiguration file we use, by dotted path, and warnings."""
     label = f"--config {path}"
     try:
-        documents = load_documents(path.read_text()).documents
+        data, _ = read_bounded(path, MAX_CONFIG_FILE_BYTES, "for a config file")
+        documents = load_documents(data.decode("utf-8")).documents
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{label}: {getattr(error, 'strerror', None) or error}") from None
     except LoadError as error:
@@ -297,24 +364,107 @@ def resolve(
     return Resolved(_with_own_flags(_build(merged, origin, master), flags), tuple(warnings))
 
 
+def bounded_duration(text: str, label: str, longest: DurationBound) -> float:
+    """``text`` as seconds, refused unless a duration from 0 to ``longest``."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise ConfigError(f"{label} {text!r}: not a duration") from None
+    if seconds < 0:
+        raise ConfigError(f"{label} {text!r}: a duration may not be negative")
+    if seconds > longest.seconds:
+        raise ConfigError(f"{label} {text!r}: at most {longest.text}{longest.why}")
+    return seconds
+
+
 def _with_own_flags(config: ProxyConfig, flags: Mapping[str, Any]) -> ProxyConfig:
     ranges = flags.get(EXTERNAL_IP_RANGE_FLAG) or ()
     timeout_text = flags.get(API_TIMEOUT_FLAG)
     timeout = DEFAULT_API_TIMEOUT
     if timeout_text is not None:
-        try:
-            timeout = parse_duration(timeout_text)
-        except ValueError:
-            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: not a duration") from None
-        if timeout <= 0:
+        if timeout_text.startswith("-"):
             raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+        timeout = bounded_duration(timeout_text, API_TIMEOUT_FLAG, LONGEST)
+        if timeout == 0:
+            raise ConfigError(f"{API_TIMEOUT_FLAG} {timeout_text!r}: must be positive")
+    node_port_range = DEFAULT_NODE_PORT_RANGE
+    range_text = flags.get(NODE_PORT_RANGE_FLAG)
+    if range_text is not None:
+        try:
+            node_port_range = parse_port_range(range_text)
+        except ValueError as error:
+            raise ConfigError(f"{NODE_PORT_RANGE_FLAG} {range_text!r}: {error}") from None
     settings = replace(
         config.settings,
         external_ip_ranges=parse_cidrs(
             ",".join([ranges] if isinstance(ranges, str) else ranges), EXTERNAL_IP_RANGE_FLAG
         ),
+        node_port_range=node_port_range,
     )
-    return replace(config, settings=settings, api_timeout=timeout)
+    return replace(
+        config,
+        settings=settings,
+        api_timeout=timeout,
+        source_max_file_size=_source_max_file_size(flags.get(MAX_FILE_SIZE_FLAG)),
+    )
+
+
+def _source_max_file_size(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_MAX_FILE_SIZE
+    try:
+        size = parse_size(text)
+    except ValueError:
+        raise ConfigError(
+            f"{MAX_FILE_SIZE_FLAG} {text!r}: not a size (bytes, or with a suffix: 64Mi, 500k)"
+        ) from None
+    if size <= 0:
+        raise ConfigError(f"{MAX_FILE_SIZE_FLAG} {text!r}: must be positive")
+    return size
+
+
+def _node_name(values: Mapping[str, Any], origin: Mapping[str, str]) -> tuple[str, str]:
+    """This node's name, as kube-proxy finds it: --hostname-override (or the file's), else
+    $NODE_NAME, else the host name; trimmed and lower-cased. It names the Node to read and
+    appears in plans and logs, so anything but a Node name (a newline, say) is refused: at
+    once when given, or, for the host name, as ``hostname_problem`` (second)."""
+    raw: str = values.get("hostnameOverride", "")
+    where = origin["hostnameOverride"]
+    if not raw:
+        raw = os.environ.get("NODE_NAME", "")
+        raw, where = (raw, "$NODE_NAME") if raw.strip() else ("", "")
+    if raw:
+        problem = _node_name_problem(raw, where)
+        if problem:
+            raise ConfigError(problem)
+        return raw.strip().lower(), ""
+    host = socket.gethostname()
+    return host.strip().lower(), _node_name_problem(host, "the host name")
+
+
+def _node_name_problem(raw: str, where: str) -> str:
+    name = raw.strip().lower()
+    if not name:
+        return f"{where} {raw!r}: an empty name is invalid"
+    if is_dns1123_subdomain(name):
+        return ""
+    shown = repr(raw) if len(raw) <= SUBDOMAIN_MAX else f"{raw[:SUBDOMAIN_MAX]!r}..."
+    return (
+        f"{where} {shown}: not a node name (a DNS-1123 subdomain: at most "
+        f"{SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.')"
+    )
+
+
+def _own_ports(values: Mapping[str, Any], origin: Mapping[str, str]) -> frozenset[int]:
+    """The ports this node serves itself, which no node port may take: the kubelet's, and
+    our health and metrics servers' (a bind address that is not HOST:PORT is refused)."""
+    ports = {KUBELET_PORT}
+    for path in ("healthzBindAddress", "metricsBindAddress"):
+        try:
+            ports.add(parse_bind_address(values[path])[1])
+        except ValueError as error:
+            raise ConfigError(f"{origin[path]}: {error}") from None
+    return frozenset(ports - {0})
 
 
 def _interface_for_mode(
@@ -341,16 +491,10 @@ def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
 def _durations(
     values: Mapping[str, Any], origin: Mapping[str, str], paths: tuple[str, ...]
 ) -> dict[str, float]:
-    """The duration fields at ``paths`` in seconds; a non-duration or negative one is refused."""
-    seconds = {}
-    for path in paths:
-        try:
-            seconds[path] = parse_duration(values[path])
-        except ValueError:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: not a duration") from None
-        if seconds[path] < 0:
-            raise ConfigError(f"{origin[path]} {values[path]!r}: a duration may not be negative")
-    return seconds
+    """The duration fields at ``paths`` in seconds; each must be within its bounds."""
+    return {
+        path: bounded_duration(values[path], origin[path], DURATION_BOUNDS[path]) for path in paths
+    }
 
 
 def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVSTimeouts:
@@ -386,6 +530,11 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
     periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
         DEFAULTS["ipvs.syncPeriod"]
     )
+    if periods["ipvs.minSyncPeriod"] > periods["ipvs.syncPeriod"]:
+        raise ConfigError(
+            f"{origin['ipvs.minSyncPeriod']} {values['ipvs.minSyncPeriod']!r}: longer than "
+            f"{origin['ipvs.syncPeriod']} {values['ipvs.syncPeriod']!r}, as kube-proxy refuses"
+        )
     logging_format = values["logging.format"]
     if logging_format not in LOGGING_FORMATS:
         known = ", ".join(LOGGING_FORMATS)
@@ -396,12 +545,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
             f"{origin['iptables.masqueradeBit']} {masquerade_bit}: "
             f"must be within the range [0, {MASQUERADE_BIT_MAX}]"
         )
-    raw_hostname = values.get("hostnameOverride", "")
-    hostname = raw_hostname.strip().lower()
-    if raw_hostname and not hostname:
-        raise ConfigError(
-            f"{origin['hostnameOverride']} {raw_hostname!r}: an empty name is invalid"
-        )
+    hostname, hostname_problem = _node_name(values, origin)
     kubeconfig = values.get("clientConnection.kubeconfig")
     nodeport_addresses, nodeport_primary = _nodeport_addresses(
         values.get("nodePortAddresses", []), origin["nodePortAddresses"]
@@ -418,12 +562,12 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         cluster_cidr=_cluster_cidrs(values.get("clusterCIDR", ""), origin["clusterCIDR"]),
         exclude_cidrs=parse_cidrs(values.get("ipvs.excludeCIDRs", []), origin["ipvs.excludeCIDRs"]),
         strict_arp=bool(values.get("ipvs.strictARP", False)),
+        own_ports=_own_ports(values, origin),
     )
     return ProxyConfig(
         settings=settings,
-        hostname=hostname
-        or os.environ.get("NODE_NAME", "").strip().lower()
-        or socket.gethostname().lower(),
+        hostname=hostname,
+        hostname_problem=hostname_problem,
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
         master=master,
         sync_period=periods["ipvs.syncPeriod"],

@@ -4,13 +4,21 @@ Parsing and translating 10,000 services allocates a million small frozen objects
 allocation burst triggers collections that walk the whole heap (the API JSON and the
 snapshot included) and find nothing, since these values hold no reference cycles. That walking
 was half the CPU time of parse + translate. Reference counting still frees everything.
+
+The collector's switch is one per process, and the daemon pauses it from several threads (the
+sync loop, each informer's list, /metrics): pauses are counted under a lock, the first one in
+turns the collector off and the last one out puts back what the first one found. Reading and
+flipping the switch in each pause on its own let one pause's end re-enable the collector in
+the middle of another's, or a pause that began meanwhile leave it off for good.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
@@ -18,18 +26,39 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _Pauses:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        with self._lock:
+            if self._count == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                if self._count == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_PAUSES = _Pauses()
+
+
 def without_cyclic_gc(function: Callable[P, R]) -> Callable[P, R]:
-    """Run ``function`` with the cyclic collector off, restoring it only if it was on."""
+    """Run ``function`` with the cyclic collector off; once no pause is on, the collector is
+    as the first of them found it."""
 
     @wraps(function)
     def paused(*args: P.args, **kwargs: P.kwargs) -> R:
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with _PAUSES.paused():
             return function(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     return paused
 

@@ -140,6 +140,8 @@ class Service:
     # metadata.creationTimestamp (RFC 3339, UTC, so it orders as text); "" when unknown.
     # Between two services claiming one address, the older keeps it.
     created: str = ""
+    # metadata.uid: events about the service name it, as ``kubectl describe`` looks them up.
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +211,9 @@ class ClusterSnapshot:
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
     node: Node | None = None
+    # Every Node's addresses (this one's too), each with its Node's name: a Service may not
+    # take one, or it would cut the cluster off from that node (or hand its ports to a pod).
+    nodes_by_address: Mapping[IPAddress, str] = field(default_factory=lambda: MappingProxyType({}))
     # The addresses of the node's interfaces (kube-ipvs0's aside), as the kernel has them:
     # kube-proxy's NodePort and "is this address the node's" decisions come from these, not
     # from the Node object. None where the kernel was not read (a plan against no kernel).
@@ -232,6 +237,10 @@ class SkipReason(enum.StrEnum):
     ADDRESS_CONFLICT = "address_conflict"
     UNUSABLE_ADDRESS = "unusable_address"
     EXTERNAL_IP_NOT_ALLOWED = "external_ip_not_allowed"
+    # A service address that is a Node's own address.
+    NODE_ADDRESS = "node_address"
+    # A node port outside --service-node-port-range, or on a port the node serves itself.
+    NODE_PORT_NOT_ALLOWED = "node_port_not_allowed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,8 +650,8 @@ class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
     # Addresses to bind on kube-ipvs0 (cluster, external and load-balancer IPs).
     bound_addresses: frozenset[IPAddress]
-    # The node's own addresses that carry our virtual servers (NodePorts, and external or
-    # load-balancer IPs the node already has); never bound on kube-ipvs0.
+    # The node's own addresses that carry our virtual servers (NodePorts); never bound on
+    # kube-ipvs0.
     node_addresses: frozenset[IPAddress]
     ipsets: Mapping[str, IPSetContent]
     iptables: tuple[IptablesRuleset, ...]

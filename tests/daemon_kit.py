@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from ipaddress import ip_address
 from typing import Any
 
@@ -10,11 +10,13 @@ from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    SCHEDULERS,
     BatchResult,
     BindAddress,
     IPVSOp,
     IPVSTable,
     IPVSTimeouts,
+    OpError,
     VirtualServerKey,
     VirtualServerState,
 )
@@ -85,9 +87,11 @@ def cluster(services: int, endpoints: int = 2) -> list[dict[str, Any]]:
 class RecordingIPVS:
     """FakeIPVS that remembers every op it was given and every read."""
 
-    def __init__(self) -> None:
-        self.fake = FakeIPVS()
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
+        self.fake = FakeIPVS(schedulers)
         self.ops: list[IPVSOp] = []
+        # Set, an op it answers with an error gets that error instead of being applied.
+        self.failing: Callable[[IPVSOp], OpError | None] | None = None
         self.dumps = 0
         # The virtual servers read one by one, in order.
         self.reads: list[VirtualServerKey] = []
@@ -107,7 +111,9 @@ class RecordingIPVS:
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()
         self.ops += ops
-        return self.fake.apply(ops)
+        if self.failing is None:
+            return self.fake.apply(ops)
+        return [self.failing(op) or self.fake.apply([op])[0] for op in ops]
 
     def timeouts(self) -> IPVSTimeouts:
         self._check()
@@ -130,9 +136,9 @@ def with_node_interface(fake: FakeKernel, *addresses: str) -> FakeKernel:
 
 
 class RecordingKernel(FakeKernel):
-    def __init__(self) -> None:
+    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
         super().__init__()
-        self.recording = RecordingIPVS()
+        self.recording = RecordingIPVS(schedulers)
         with_node_interface(self, NODE_IP)
 
     def kernel(self) -> Kernel:

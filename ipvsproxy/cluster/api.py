@@ -1,4 +1,4 @@
-"""The cluster as the API server has it: Services, EndpointSlices and this proxy's Node.
+"""The cluster as the API server has it: Services, EndpointSlices and the Nodes.
 
 Lists are fetched as raw JSON page by page (the generated model classes cost too much at
 10,000 services) and handed to ``parse``, so the API and ``--source`` give the same snapshot.
@@ -20,18 +20,22 @@ from ipvsproxy.cluster.connection import (
     ApiConnection,
     ApiError,
     LineStream,
+    OversizedLine,
     open_stream,
     request_json,
 )
-from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.cluster.parse import SnapshotBuilder
 from ipvsproxy.model import ClusterSnapshot, Rejection
 from ipvsproxy.translate.translate import PROXY_NAME_LABEL
 
 HEADLESS_LABEL = "service.kubernetes.io/headless"
 # client-go's pager default.
 PAGE_SIZE = 500
+# A Node's JSON lists its container images, tens of KB a node: fewer to a page than other kinds.
+NODE_PAGE_SIZE = 100
+# client-go's streaming decoder refuses a watch event longer than this.
+MAX_EVENT_BYTES = 16 << 20
 _GONE = 410
-_NOT_FOUND = 404
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,13 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         return str(self.object.get("metadata", {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedEvent:
+    """A line of a watch stream that is not an event we can use; ``reason`` is one line."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +210,24 @@ def list_all(
     return Listing(items, version)
 
 
-def _watch_event(line: bytes, resource: Resource) -> WatchEvent:
+def decode_watch_line(
+    line: bytes | OversizedLine, resource: Resource
+) -> WatchEvent | MalformedEvent:
+    """The event on one line of a watch stream; an ERROR event raises ApiError with its code."""
+    sent = f"watching {resource.plural}: the API server sent"
+    if isinstance(line, OversizedLine):
+        return MalformedEvent(
+            f"{sent} an event of {line.size} bytes or more, over the bound of {MAX_EVENT_BYTES}"
+        )
     try:
         raw = json.loads(line)
+    except RecursionError:
+        return MalformedEvent(f"{sent} an event nested too deep to decode")
     except ValueError:
-        raw = None
-    if not isinstance(raw, dict) or not isinstance(raw.get("object"), dict):
-        raise ApiError(f"watching {resource.plural}: the API server sent a malformed event")
-    obj: dict[str, Any] = raw["object"]
+        return MalformedEvent(f"{sent} an event that is not JSON")
+    obj = raw.get("object") if isinstance(raw, dict) else None
+    if not isinstance(obj, dict):
+        return MalformedEvent(f"{sent} an event without an object")
     if raw.get("type") == "ERROR":
         code = obj.get("code")
         message = obj.get("message") or obj.get("reason") or "unknown error"
@@ -217,9 +238,10 @@ def _watch_event(line: bytes, resource: Resource) -> WatchEvent:
     try:
         event_type = EventType(str(raw.get("type")))
     except ValueError:
-        raise ApiError(
-            f"watching {resource.plural}: unknown event type {raw.get('type')!r}"
-        ) from None
+        return MalformedEvent(f"{sent} an event of unknown type {str(raw.get('type'))[:40]!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("resourceVersion", ""), str):
+        return MalformedEvent(f"{sent} a {event_type} event whose metadata is not an object")
     return WatchEvent(event_type, {**obj, "kind": resource.kind})
 
 
@@ -229,11 +251,13 @@ def watch(
     selectors: Selectors,
     resource_version: str,
     timeout_seconds: int,
-) -> tuple[LineStream, Iterator[WatchEvent]]:
+) -> tuple[LineStream, Iterator[WatchEvent | MalformedEvent]]:
     """Open a watch from ``resource_version``: the stream (to close) and its events.
 
     The events end when the server ends the stream after ``timeout_seconds``. An ERROR
     event raises ApiError with the Status code: 410 means the version is too old, relist.
+    A line that is no usable event (not JSON, nested too deep, of the wrong shape, longer than
+    MAX_EVENT_BYTES) comes as a MalformedEvent, and the stream goes on.
     A stream silent for longer than the timeout plus the read timeout is taken as dead.
     """
     stream = open_stream(
@@ -241,27 +265,14 @@ def watch(
         f"watching {resource.plural}",
         resource.list_call(api.client),
         read_timeout=timeout_seconds + api.timeouts.read,
+        max_line=MAX_EVENT_BYTES,
         watch=True,
         allow_watch_bookmarks=True,
         resource_version=resource_version,
         timeout_seconds=timeout_seconds,
         **selectors.params(),
     )
-    return stream, (_watch_event(line, resource) for line in stream)
-
-
-def get_node(api: ApiConnection, name: str) -> dict[str, Any] | None:
-    """The Node called ``name`` as API JSON, or None when the API has no such node."""
-    read_node = client.CoreV1Api(api.client).read_node
-    try:
-        body = request_json(api, f"reading Node {name}", read_node, name=name)
-    except ApiError as error:
-        if error.status == _NOT_FOUND:
-            return None
-        raise
-    if not isinstance(body, dict):
-        raise ApiError(f"reading Node {name}: the API server sent something not an object")
-    return {**body, "kind": "Node"}
+    return stream, (decode_watch_line(line, resource) for line in stream)
 
 
 def read_cluster(
@@ -271,11 +282,25 @@ def read_cluster(
     service_proxy_name: str = "",
     page_size: int = PAGE_SIZE,
 ) -> ClusterRead:
-    """One consistent read of what the proxy needs; raises ApiError (one line) on failure."""
+    """One consistent read of what the proxy needs; raises ApiError (one line) on failure.
+
+    The Nodes are parsed page by page, as they arrive: of all but ``node_name`` only the
+    addresses are kept, never the whole list's JSON.
+    """
     selectors = Selectors(labels=proxy_label_selector(service_proxy_name))
     services = list_all(api, SERVICES, selectors, page_size)
     slices = list_all(api, ENDPOINT_SLICES, selectors, page_size)
-    node = get_node(api, node_name)
-    objects = [*services.items, *slices.items, *([node] if node is not None else [])]
-    snapshot, rejections = snapshot_from_objects(objects, node_name)
-    return ClusterRead(snapshot, rejections, services.resource_version, slices.resource_version)
+    builder = SnapshotBuilder(node_name)
+    rejections: list[Rejection] = []
+    for page in list_pages(api, NODES, Selectors(), min(page_size, NODE_PAGE_SIZE)):
+        if page.restart:
+            builder.forget_nodes()
+            rejections.clear()
+        for obj in page.items:
+            rejections += builder.add(obj)
+    for obj in [*services.items, *slices.items]:
+        rejections += builder.add(obj)
+    snapshot, more = builder.build()
+    return ClusterRead(
+        snapshot, [*rejections, *more], services.resource_version, slices.resource_version
+    )

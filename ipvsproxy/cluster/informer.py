@@ -6,10 +6,16 @@ One Reflector per resource, each on its own thread, as client-go's reflector:
   list's resourceVersion; an object listed again at the version stored is not parsed again;
 * watch from that version; apply ADDED/MODIFIED/DELETED to the store, and move the version
   forward with every event and BOOKMARK, so that a re-watch resumes where the last one ended;
+  an event that leaves the parsed object as it was (a Node's heartbeat, when only its name
+  and addresses are kept) changes nothing and queues no sync;
 * the server ending the stream (its timeoutSeconds) means watch again at once;
-* 410 Gone (the version fell out of the server's history) means list again;
+* 410 Gone (the version fell out of the server's history) means list again, after a backoff
+  of its own, the same doubling with jitter (a server that answers every watch with 410 must
+  not be listed in a loop: 283 Node lists in 19 s, and every proxy of a cluster does it);
 * any other failure (refused connection, dropped or silent stream, 5xx) means wait, with
-  a doubling backoff, then watch again from the same version.
+  a doubling backoff, then watch again from the same version;
+* a line of the stream that is no usable event (not JSON, nested too deep, the wrong shape,
+  over 16 MiB) is skipped with one log line, counted, and the stream read on.
 
 Objects are parsed once, as they arrive, so a snapshot costs a dict copy, not a re-parse.
 """
@@ -21,15 +27,18 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from ipvsproxy.cluster.api import (
     ENDPOINT_SLICES,
+    NODE_PAGE_SIZE,
     NODES,
     PAGE_SIZE,
     SERVICES,
     EventType,
+    MalformedEvent,
     Resource,
     Selectors,
     WatchEvent,
@@ -41,19 +50,23 @@ from ipvsproxy.cluster.connection import ApiConnection, ApiError, LineStream
 from ipvsproxy.cluster.parse import (
     MISSING_NODE,
     ParseError,
+    index_node_addresses,
+    node_parser,
     object_key,
     parse_endpoint_slice,
-    parse_node,
     parse_service,
 )
 from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
     EndpointSlice,
+    IPAddress,
+    Node,
     ObjectKey,
     Rejection,
     Service,
 )
+from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +113,8 @@ class InformerHooks:
     relisted: Callable[[str], None] = _ignore
     # A watch started again after its stream ended or failed.
     watch_restarted: Callable[[str], None] = _ignore
+    # A watch stream carried a line that is no usable event (skipped).
+    malformed_event: Callable[[str], None] = _ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +167,8 @@ class Reflector(Generic[T]):
         self._rejections: dict[ObjectKey, list[Rejection]] = {}
         # Keys added, changed or deleted since ``take_items``; None: unknown (a list came).
         self._touched: set[ObjectKey] | None = None
+        # Moves on whenever the store does.
+        self._generation = 0
         self._resource_version = ""
         self._stream: LineStream | None = None
         self._closed = False
@@ -161,6 +178,13 @@ class Reflector(Generic[T]):
     def resource_version(self) -> str:
         with self._lock:
             return self._resource_version
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever the store does: what was made of the store at one
+        generation holds until it changes."""
+        with self._lock:
+            return self._generation
 
     def items(self) -> tuple[dict[ObjectKey, T], list[Rejection]]:
         """A copy of the store, and the problems of the objects in it."""
@@ -212,6 +236,7 @@ class Reflector(Generic[T]):
             self._store, self._rejections = store, rejections
             self._touched = None
             self._resource_version = version
+            self._generation += 1
         if self.synced.is_set():
             self._hooks.relisted(self.resource.plural.lower())
         self.synced.set()
@@ -236,6 +261,10 @@ class Reflector(Generic[T]):
         count = 0
         try:
             for event in events:
+                if isinstance(event, MalformedEvent):
+                    log.warning("%s; skipped it", event.reason)
+                    self._hooks.malformed_event(self.resource.plural.lower())
+                    continue
                 self._apply(event)
                 count += 1
         finally:
@@ -247,6 +276,10 @@ class Reflector(Generic[T]):
         """List, then watch, until ``stop`` is set (then call ``close``); never raises."""
         must_list = True
         delays = self._backoff.delays()
+        # Relists after 410 back off on their own: the first after an outage need not wait
+        # what the outage's failures piled up, but a server answering 410 to every watch is
+        # listed less and less often.
+        relist_delays = self._backoff.delays()
         watched = False
         while not stop.is_set():
             try:
@@ -258,6 +291,7 @@ class Reflector(Generic[T]):
                     must_list = False
                 if self.watch_once():
                     delays = self._backoff.delays()
+                    relist_delays = self._backoff.delays()
                     continue
                 # An empty stream, as client-go's "very short watch": do not hammer the server.
                 delay = next(delays)
@@ -265,11 +299,12 @@ class Reflector(Generic[T]):
                 if stop.is_set():
                     return
                 if error.status == _GONE and not must_list:
-                    log.info("%s; listing %s again", error, self.resource.plural)
+                    delay = next(relist_delays)
+                    log.info("%s; listing %s again in %.1f s", error, self.resource.plural, delay)
                     must_list = True
-                    continue
-                delay = next(delays)
-                log.warning("%s; retrying in %.1f s", error, delay)
+                else:
+                    delay = next(delays)
+                    log.warning("%s; retrying in %.1f s", error, delay)
             # A bug must not end the thread that keeps the proxy's view of the cluster.
             except Exception:
                 delay = next(delays)
@@ -305,6 +340,9 @@ class Reflector(Generic[T]):
             (None, []) if event.type is EventType.DELETED else self._parse(event.object)
         )
         with self._lock:
+            self._resource_version = event.resource_version
+            if self._store.get(key) == item and self._rejections.get(key, []) == problems:
+                return
             self._store.pop(key, None)
             self._rejections.pop(key, None)
             if item is not None:
@@ -313,16 +351,18 @@ class Reflector(Generic[T]):
                 self._rejections[key] = problems
             if self._touched is not None:
                 self._touched.add(key)
-            self._resource_version = event.resource_version
+            self._generation += 1
         self._hooks.changed(self.resource.plural.lower())
         self._on_change()
 
 
 class ClusterInformer:
-    """Services, EndpointSlices and this proxy's Node, each kept current by a Reflector.
+    """Services, EndpointSlices and Nodes, each kept current by a Reflector: of the Nodes this
+    proxy's whole, of the others their addresses alone.
 
     ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
+    The reflectors' threads are workers of ``workers``.
     """
 
     def __init__(
@@ -336,12 +376,11 @@ class ClusterInformer:
         backoff: Backoff = Backoff(),
         on_change: Callable[[], None] = lambda: None,
         hooks: InformerHooks = InformerHooks(),
+        workers: Supervisor | None = None,
     ) -> None:
         self.node_name = node_name
         proxied = Selectors(labels=proxy_label_selector(service_proxy_name))
-        own_node = Selectors(fields=f"metadata.name={node_name}")
         options: dict[str, Any] = {
-            "page_size": page_size,
             "watch_timeout": watch_timeout,
             "backoff": backoff,
             "on_change": on_change,
@@ -353,6 +392,7 @@ class ClusterInformer:
             parse_service,
             selectors=proxied,
             version_of=_resource_version,
+            page_size=page_size,
             **options,
         )
         self.endpoint_slices = Reflector(
@@ -361,35 +401,46 @@ class ClusterInformer:
             parse_endpoint_slice,
             selectors=proxied,
             version_of=_resource_version,
+            page_size=page_size,
             **options,
         )
-        self.node = Reflector(api, NODES, parse_node, selectors=own_node, **options)
+        self.nodes = Reflector(
+            api,
+            NODES,
+            node_parser(node_name),
+            selectors=Selectors(),
+            page_size=min(page_size, NODE_PAGE_SIZE),
+            **options,
+        )
         self._reflectors: tuple[Reflector[Any], ...] = (
             self.services,
             self.endpoint_slices,
-            self.node,
+            self.nodes,
         )
+        # What the snapshots take of the Nodes, made again only when they change.
+        self._node_view: _NodeView | None = None
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._workers = workers or Supervisor()
+        self._running: list[Worker] = []
 
     def start(self) -> None:
-        for reflector in self._reflectors:
-            thread = threading.Thread(
-                target=reflector.run,
-                args=(self._stop,),
-                name=f"informer-{reflector.resource.plural}",
-                daemon=True,
+        self._running = [
+            self._workers.spawn(
+                f"informer-{reflector.resource.plural}",
+                partial(reflector.run, self._stop),
+                stop=self._stop.set,
             )
-            thread.start()
-            self._threads.append(thread)
+            for reflector in self._reflectors
+        ]
 
     def stop(self, timeout: float = 10.0) -> None:
+        for worker in self._running:
+            worker.request_stop()
         self._stop.set()
         for reflector in self._reflectors:
             reflector.close()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads.clear()
+        stop_all(self._running, timeout)
+        self._running.clear()
 
     def wait_for_sync(self, timeout: float) -> bool:
         """True once every resource has been listed, as kube-proxy waits before its first sync."""
@@ -418,14 +469,39 @@ class ClusterInformer:
         services: tuple[dict[ObjectKey, Service], list[Rejection]],
         slices: tuple[dict[ObjectKey, EndpointSlice], list[Rejection]],
     ) -> tuple[ClusterSnapshot, list[Rejection]]:
-        nodes, node_problems = self.node.items()
-        node = nodes.get(ObjectKey("", self.node_name))
-        rejections = [*services[1], *slices[1], *node_problems]
-        if node is None:
+        view = self._nodes_now()
+        rejections = [*services[1], *slices[1], *view.problems]
+        if view.node is None:
             rejections.append(Rejection(f"Node {self.node_name}", MISSING_NODE))
         snapshot = ClusterSnapshot(
             services=MappingProxyType(services[0]),
             endpoint_slices=MappingProxyType(slices[0]),
-            node=node,
+            node=view.node,
+            nodes_by_address=view.by_address,
         )
         return snapshot, rejections
+
+    def _nodes_now(self) -> _NodeView:
+        """The Nodes as the snapshots take them: the same objects while no Node changes, so a
+        snapshot costs nothing per node, and unchanged addresses are seen unchanged at once."""
+        generation = self.nodes.generation
+        view = self._node_view
+        if view is None or view.generation != generation:
+            nodes, problems = self.nodes.items()
+            view = _NodeView(
+                generation,
+                nodes.get(ObjectKey("", self.node_name)),
+                index_node_addresses(nodes.values()),
+                problems,
+            )
+            self._node_view = view
+        return view
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeView:
+    # The reflector's generation this was made at (a later store may have gone in: made again).
+    generation: int
+    node: Node | None
+    by_address: Mapping[IPAddress, str]
+    problems: list[Rejection]

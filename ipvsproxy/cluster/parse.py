@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -28,6 +29,7 @@ from ipvsproxy.model import (
     EndpointConditions,
     EndpointPort,
     EndpointSlice,
+    IPAddress,
     LoadBalancerIngress,
     Node,
     ObjectKey,
@@ -360,6 +362,7 @@ def parse_service(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejectio
             ),
             resource_version=_str(metadata.get("resourceVersion"), "resourceVersion"),
             created=_created(metadata, label, rejections),
+            uid=_str(metadata.get("uid"), "metadata.uid"),
         )
     except ParseError as error:
         return None, [
@@ -551,6 +554,27 @@ def _network(text: str) -> object:
     return ipaddress.ip_network(text, strict=False)
 
 
+def _node_addresses(
+    status: Mapping[str, Any], label: str, rejections: list[Rejection]
+) -> tuple[str, ...]:
+    """The InternalIP and ExternalIP addresses; one that does not parse is dropped alone."""
+    addresses: list[str] = []
+    for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
+        entry = _mapping(item, f"status.addresses[{index}]")
+        if _str(entry.get("type"), "address type") in ("InternalIP", "ExternalIP"):
+            text = _str(entry.get("address"), "address")
+            if _parses(ipaddress.ip_address, text):
+                addresses.append(text)
+            else:
+                rejections.append(
+                    Rejection(
+                        label,
+                        f"status.addresses[{index}] {text!r} is not an IP address; ignored",
+                    )
+                )
+    return tuple(addresses)
+
+
 def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
     """The Node; an address or pod CIDR that does not parse is dropped alone, with a warning."""
     rejections: list[Rejection] = []
@@ -568,27 +592,14 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
                 rejections.append(
                     Rejection(label, f"spec.podCIDRs {text!r} is not a CIDR; ignored")
                 )
-        addresses: list[str] = []
-        for index, item in enumerate(_list(status.get("addresses"), "status.addresses")):
-            entry = _mapping(item, f"status.addresses[{index}]")
-            if _str(entry.get("type"), "address type") in ("InternalIP", "ExternalIP"):
-                text = _str(entry.get("address"), "address")
-                if _parses(ipaddress.ip_address, text):
-                    addresses.append(text)
-                else:
-                    rejections.append(
-                        Rejection(
-                            label,
-                            f"status.addresses[{index}] {text!r} is not an IP address; ignored",
-                        )
-                    )
+        addresses = _node_addresses(status, label, rejections)
         taints = [
             _str(_mapping(item, f"spec.taints[{index}]").get("key"), "taint key")
             for index, item in enumerate(_list(spec.get("taints"), "spec.taints"))
         ]
         node = Node(
             name=key.name,
-            addresses=tuple(addresses),
+            addresses=addresses,
             labels=_str_map(metadata.get("labels"), "metadata.labels"),
             pod_cidrs=tuple(text for text in pod_cidrs if _parses(_network, text)),
             taints=tuple(taints),
@@ -599,49 +610,102 @@ def parse_node(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
     return node, rejections
 
 
+def parse_node_addresses(obj: Mapping[str, Any]) -> tuple[Node | None, list[Rejection]]:
+    """Another node's Node, slim: its name and addresses, all a proxy needs of it (no Service
+    may take them); at thousands of nodes each costs a few hundred bytes, not its whole JSON."""
+    rejections: list[Rejection] = []
+    try:
+        key = object_key(obj, namespaced=False)
+        status = _mapping(obj.get("status"), "status")
+        addresses = _node_addresses(status, f"Node {key.name}", rejections)
+    except ParseError as error:
+        return None, [Rejection(describe({**obj, "kind": "Node"}), str(error))]
+    # The name is the one its pods' endpoints carry: kept once for all of them.
+    return Node(name=sys.intern(key.name), addresses=addresses, labels=_EMPTY), rejections
+
+
+def parse_node_as_seen_by(
+    obj: Mapping[str, Any], own: str | None
+) -> tuple[Node | None, list[Rejection]]:
+    """The Node: whole if it is the one called ``own`` (this node's), else slim."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return parse_node(obj) if name == own else parse_node_addresses(obj)
+
+
+def node_parser(
+    own: str | None,
+) -> Callable[[Mapping[str, Any]], tuple[Node | None, list[Rejection]]]:
+    """``parse_node_as_seen_by`` for the node called ``own``."""
+    return partial(parse_node_as_seen_by, own=own)
+
+
+def index_node_addresses(nodes: Iterable[Node]) -> Mapping[IPAddress, str]:
+    """Each address of the Nodes with the Node that has it (the first by name, if several)."""
+    found: dict[IPAddress, str] = {}
+    for node in sorted(nodes, key=lambda node: node.name):
+        for text in node.addresses:
+            found.setdefault(ipaddress.ip_address(text), node.name)
+    return MappingProxyType(found)
+
+
+ParsedObject = Service | EndpointSlice | Node
+
+
+def parse_object(obj: Any, node_name: str | None) -> tuple[ParsedObject | None, list[Rejection]]:
+    """One manifest object as a snapshot keeps it, with its problems: Services,
+    EndpointSlices and Nodes (the one called ``node_name`` whole, the others slim); other
+    kinds give None."""
+    if not isinstance(obj, Mapping):
+        return None, [Rejection("object (unnamed)", "not an object")]
+    kind = obj.get("kind")
+    if kind == "Service":
+        return parse_service(obj)
+    if kind == "EndpointSlice":
+        return parse_endpoint_slice(obj)
+    if kind == "Node":
+        return parse_node_as_seen_by(obj, node_name)
+    return None, []
+
+
 class SnapshotBuilder:
     """Objects added one at a time, each answered with its own rejections; then the snapshot.
 
     Other kinds than Service, EndpointSlice and Node are ignored. An object with the
-    namespace/name of one added before replaces it (callers that can tell say so).
+    namespace/name of one added before replaces it (callers that can tell say so). Of Nodes
+    other than ``node_name`` only the addresses are kept.
     """
 
     def __init__(self, node_name: str | None) -> None:
         self._node_name = node_name
         self._services: dict[ObjectKey, Service] = {}
         self._slices: dict[ObjectKey, EndpointSlice] = {}
-        self._node: Node | None = None
+        self._nodes: dict[str, Node] = {}
 
     def add(self, obj: Any) -> list[Rejection]:
-        if not isinstance(obj, Mapping):
-            return [Rejection("object (unnamed)", "not an object")]
-        kind = obj.get("kind")
-        if kind == "Service":
-            service, problems = parse_service(obj)
-            if service is not None:
-                self._services[service.key] = service
-            return problems
-        if kind == "EndpointSlice":
-            endpoint_slice, problems = parse_endpoint_slice(obj)
-            if endpoint_slice is not None:
-                self._slices[endpoint_slice.key] = endpoint_slice
-            return problems
-        if kind == "Node":
-            parsed, problems = parse_node(obj)
-            if parsed is None or parsed.name != self._node_name:
-                return problems if parsed is None else []
-            self._node = parsed
-            return problems
-        return []
+        parsed, problems = parse_object(obj, self._node_name)
+        if isinstance(parsed, Service):
+            self._services[parsed.key] = parsed
+        elif isinstance(parsed, EndpointSlice):
+            self._slices[parsed.key] = parsed
+        elif parsed is not None:
+            self._nodes[parsed.name] = parsed
+        return problems
+
+    def forget_nodes(self) -> None:
+        """The Nodes added so far are void (a list of them starts again)."""
+        self._nodes.clear()
 
     def build(self) -> tuple[ClusterSnapshot, list[Rejection]]:
         rejections: list[Rejection] = []
-        if self._node_name is not None and self._node is None:
+        node = self._nodes.get(self._node_name) if self._node_name is not None else None
+        if self._node_name is not None and node is None:
             rejections.append(Rejection(f"Node {self._node_name}", MISSING_NODE))
         snapshot = ClusterSnapshot(
             services=MappingProxyType(self._services),
             endpoint_slices=MappingProxyType(self._slices),
-            node=self._node,
+            node=node,
+            nodes_by_address=index_node_addresses(self._nodes.values()),
         )
         return snapshot, rejections
 
@@ -650,7 +714,8 @@ class SnapshotBuilder:
 def snapshot_from_objects(
     objects: Iterable[Mapping[str, Any]], node_name: str | None
 ) -> tuple[ClusterSnapshot, list[Rejection]]:
-    """Services, slices and the Node called ``node_name``; other kinds are ignored."""
+    """Services, slices, the Node called ``node_name`` and every Node's addresses; other kinds
+    are ignored."""
     builder = SnapshotBuilder(node_name)
     rejections = [rejection for obj in objects for rejection in builder.add(obj)]
     snapshot, more = builder.build()

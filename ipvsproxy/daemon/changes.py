@@ -21,8 +21,9 @@ class Changes:
     services: frozenset[ObjectKey]
     service_objects: int
     endpoint_slices: frozenset[ObjectKey]
-    # The Node, or the addresses of its interfaces, changed: NodePorts, local endpoints and
-    # topology may all differ.
+    # This Node or its interfaces' addresses changed (NodePorts, local endpoints and topology
+    # may all differ), or which Node has which address (any service's address may now be
+    # refused, or allowed).
     node: bool
     # When the changes behind the changed slices happened (their trigger-time annotation).
     trigger_times: tuple[float, ...] = ()
@@ -68,7 +69,12 @@ def diff(
         services=frozenset(services) | owners,
         service_objects=len(services),
         endpoint_slices=frozenset(slices),
-        node=before.node != after.node or before.local_addresses != after.local_addresses,
+        node=before.node != after.node
+        or before.local_addresses != after.local_addresses
+        or (
+            before.nodes_by_address is not after.nodes_by_address
+            and before.nodes_by_address != after.nodes_by_address
+        ),
         trigger_times=tuple(
             found.trigger_time
             for key in slices

@@ -14,25 +14,32 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from ipvsproxy.cluster import api
+from ipvsproxy.cluster.events import EventSink, EventSource
 from ipvsproxy.cluster.informer import InformerHooks
+from ipvsproxy.daemon.events import EventRecorder
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
-from ipvsproxy.daemon.http import HttpServer
+from ipvsproxy.daemon.http import HttpHub, HttpLimits, HttpListener
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
     health_check_hosts,
     local_endpoint_counts,
 )
+from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
 from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
+from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
 from ipvsproxy.reconcile.describe import describe
+from ipvsproxy.reconcile.quarantine import Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.supervise import RestartPolicy, Supervisor, Worker, stop_all
 from ipvsproxy.translate import Settings
 
 log = logging.getLogger(__name__)
@@ -57,25 +64,61 @@ class DaemonOptions:
     health_check_host: str = ""
     # Kernel parameters (--ipvs-strict-arp, --ipvs-*-timeout) and the like, for every sync.
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
+    # What every HTTP server together may hold (connections, time, memory).
+    http: HttpLimits = field(default_factory=HttpLimits)
+    # How the daemon's threads are restarted when they fail, and when /livez gives up on one.
+    restarts: RestartPolicy = field(default_factory=RestartPolicy)
+    # The node, as the source of the Events the daemon writes.
+    node_name: str = ""
 
 
 class Daemon:
-    def __init__(self, kernel: Kernel, settings: Settings, options: DaemonOptions) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        settings: Settings,
+        options: DaemonOptions,
+        events: EventSink | None = None,
+    ) -> None:
+        """``events``: where Events about Services go (None: nowhere, as with --source)."""
         self._options = options
         self._settings = settings
-        self.syncer = Syncer(
-            kernel, settings, options.sync_period, Reconciler(kernel, options.reconciler)
+        # --ipvs-scheduler was tried at start; a scheduler an annotation names is tried once.
+        quarantine = Quarantine(
+            try_scheduler=partial(try_scheduler, kernel.ipvs),
+            accepted_schedulers={settings.scheduler},
         )
-        self.health = ProxierHealth(timeout=2 * options.sync_period)
+        self.syncer = Syncer(
+            kernel,
+            settings,
+            options.sync_period,
+            Reconciler(kernel, options.reconciler, quarantine=quarantine),
+        )
         self.metrics = Metrics(self._traffic if options.traffic is not None else None)
-        self.health_check_ports = HealthCheckNodePorts(options.health_check_host)
+        # Every thread of the daemon, the source's included, is a worker of this one.
+        self.workers = Supervisor(options.restarts, on_failure=self.metrics.worker_failed)
+        self.metrics.watch_workers(self.workers)
+        self.health = ProxierHealth(timeout=2 * options.sync_period, failing=self.workers.failing)
+        self.http = HttpHub(self.workers, options.http)
+        self.metrics.watch_http(self.http)
+        self.health_check_ports = HealthCheckNodePorts(self.http, options.health_check_host)
+        self.events = (
+            EventRecorder(
+                events,
+                EventSource("ipvsproxy", options.node_name),
+                counted=lambda result: self.metrics.events.labels(result=result).inc(),
+            )
+            if events is not None
+            else None
+        )
+        self._quarantine_report = QuarantineReport(self.metrics, self.events)
         self.runner = BoundedFrequencyRunner(
             self._sync, options.min_sync_period, options.sync_period
         )
         self._source: ClusterSource | None = None
         self._pending: Counter[str] = Counter()
         self._pending_lock = threading.Lock()
-        self._servers: list[HttpServer] = []
+        self._listeners: list[HttpListener] = []
         self.synced = threading.Event()
 
     # -- what sources call, from their threads ------------------------------------------------
@@ -97,37 +140,47 @@ class Daemon:
             watch_restarted=lambda resource: self.metrics.watch_restarts.labels(
                 resource=resource
             ).inc(),
+            malformed_event=lambda resource: self.metrics.watch_malformed_events.labels(
+                resource=resource
+            ).inc(),
         )
 
     # -- running --------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Start the /healthz, /livez and /metrics servers (each only if given an address)."""
+        """Serve /healthz, /livez and /metrics (each only if given an address)."""
         options, metrics = self._options, self.metrics
         if options.healthz is not None:
             routes = {
                 "/healthz": metrics.counted(metrics.healthz, self.health.healthz),
                 "/livez": metrics.counted(metrics.livez, self.health.livez),
             }
-            self._servers.append(HttpServer(*options.healthz, routes).start())
+            self._listeners.append(self.http.serve(*options.healthz, routes))
         if options.metrics is not None:
             routes = {"/metrics": metrics.response}
-            self._servers.append(HttpServer(*options.metrics, routes).start())
+            self._listeners.append(self.http.serve(*options.metrics, routes))
+        self.http.start()
 
     @property
     def ports(self) -> list[int]:
         """The ports served, in the order healthz, metrics (those that are on)."""
-        return [server.port for server in self._servers]
+        return [listener.port for listener in self._listeners]
 
     def run(self, source: ClusterSource, stop: threading.Event) -> None:
         """Serve, watch and sync until ``stop`` is set; the kernel is left as it is."""
         self._source = source
-        if not self._servers:
+        if not self._listeners:
             self.serve()
         # Not yet listed is an update queued: unhealthy if the lists never arrive.
         self.health.queued_update()
+        # Events are written by a worker of their own, so that no sync waits for the API.
+        recording = (
+            [self.workers.spawn("events", self.events.run, stop=self.events.stop)]
+            if self.events is not None
+            else []
+        )
         source.start()
-        threads: list[threading.Thread] = []
+        loops: list[Worker] = []
         try:
             log.info("waiting for the initial lists")
             while not source.wait_for_sync(0.2):
@@ -135,29 +188,29 @@ class Daemon:
                     return
             log.info("initial lists complete; first sync")
             self.runner.request()
-            threads = [
-                threading.Thread(target=self.runner.loop, name="sync", daemon=True),
-                threading.Thread(target=self._tick, args=(stop,), name="tick", daemon=True),
+            # The timer has a stop of its own: ``stop`` is set by signals, before the timer's
+            # worker is asked, and a worker's return before it is asked is a failure.
+            tick_stop = threading.Event()
+            loops = [
+                self.workers.spawn("sync", self.runner.loop, stop=self.runner.stop),
+                self.workers.spawn("tick", partial(self._tick, tick_stop), stop=tick_stop.set),
             ]
-            for thread in threads:
-                thread.start()
             while not stop.wait(0.5):
                 pass
         finally:
             log.info("stopping; the kernel state stays in place")
-            # Also when leaving on an exception: the timer thread waits on it.
             stop.set()
-            self.runner.stop()
-            for thread in threads:
-                thread.join()
+            stop_all(loops)
             source.stop()
+            stop_all(recording)
             self.health_check_ports.stop()
-            for server in self._servers:
-                server.stop()
-            self._servers.clear()
+            self.http.stop()
+            self._listeners.clear()
+            self.workers.stop()
 
     def _tick(self, stop: threading.Event) -> None:
-        """The graceful-termination timer, and the periodic full sync on time."""
+        """The graceful-termination timer, the periodic full sync on time, and the retries of
+        quarantined objects."""
         last_drain_check = time.monotonic()
         while not stop.wait(self._options.tick):
             now = time.monotonic()
@@ -166,7 +219,7 @@ class Daemon:
                 last_drain_check = now
                 self.syncer.drain_check_wanted = True
                 self.runner.request()
-            elif self.syncer.full_sync_due():
+            elif self.syncer.full_sync_due() or self.syncer.retry_due():
                 self.runner.request()
 
     def _sync(self) -> None:
@@ -181,6 +234,7 @@ class Daemon:
         """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
         log.debug("syncing")
+        self.health.sync_began()
         with self._pending_lock:
             self._pending.clear()
         self.metrics.service_changes_pending.set(0)
@@ -196,6 +250,9 @@ class Daemon:
             return None
         self._record(report)
         desired = report.desired
+        self._quarantine_report.report(
+            report.result.transitions, self.syncer.reconciler.quarantine, desired, snapshot.services
+        )
         self.health_check_ports.update(
             desired.health_check_node_ports,
             local_endpoint_counts(snapshot, desired.health_check_node_ports),
@@ -219,11 +276,16 @@ class Daemon:
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+        refused = set(result.refused)
         for failure in result.failures:
             metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()
             if isinstance(failure.op, RestoreIptables):
                 metrics.iptables_restore_failures.inc()
-            log.warning("kernel refused: %s", failure)
+            # A refusal of one object is told once, as it enters quarantine.
+            if failure in refused:
+                log.debug("kernel refused, in quarantine: %s", failure)
+            else:
+                log.warning("kernel refused: %s", failure)
         for op in result.held_back:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="held_back").inc()
             log.debug("held back: %s", describe(op))

@@ -4,6 +4,8 @@
   at least once, the proxy is unhealthy while the oldest update still queued is older than the
   health timeout (kube-proxy uses twice the sync period): the loop is stuck or failing. Until
   its first sync it is healthy, as kube-proxy is while starting up.
+* Both are 503 while a worker thread of the daemon cannot run (it keeps failing, or ended):
+  the kubelet's liveness probe then restarts the pod, which a thread's restart could not fix.
 * /healthz is also 503 while the Node is being deleted or carries the cluster autoscaler's
   ToBeDeletedByClusterAutoscaler taint, so load balancers drain the node first; /livez is not.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 
 from ipvsproxy.daemon.http import Response
@@ -37,23 +39,45 @@ def _go_time(timestamp: float) -> str:
 class ProxierHealth:
     """Thread-safe: the sync loop reports, the HTTP threads ask."""
 
-    def __init__(self, timeout: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        clock: Callable[[], float] = time.time,
+        failing: Callable[[], Collection[str]] = tuple,
+    ) -> None:
         self._timeout = timeout
         self._clock = clock
+        self._failing = failing
         self._lock = threading.Lock()
         self._last_updated: float | None = None
         self._oldest_queued: float | None = None
+        # When the running sync read the cluster, and the first update queued since: a change
+        # that arrives during a sync is not in it, and stays queued once the sync is done.
+        self._sync_began: float | None = None
+        self._queued_during_sync: float | None = None
         self._node_eligible = True
 
     def queued_update(self) -> None:
         with self._lock:
+            now = self._clock()
             if self._oldest_queued is None:
-                self._oldest_queued = self._clock()
+                self._oldest_queued = now
+            if self._sync_began is not None and self._queued_during_sync is None:
+                self._queued_during_sync = now
+
+    def sync_began(self) -> None:
+        """A sync is about to read the cluster: what was queued so far is in it."""
+        with self._lock:
+            self._sync_began = self._clock()
+            self._queued_during_sync = None
 
     def updated(self) -> None:
+        """The sync that began last is written; what was queued during it still waits."""
         with self._lock:
             self._last_updated = self._clock()
-            self._oldest_queued = None
+            self._oldest_queued = self._queued_during_sync
+            self._sync_began = None
+            self._queued_during_sync = None
 
     def set_node(self, node: Node | None) -> None:
         with self._lock:
@@ -62,10 +86,13 @@ class ProxierHealth:
     def _state(self) -> tuple[bool, float, float, bool]:
         """(healthy, lastUpdated, currentTime, nodeEligible) as kube-proxy reports them: while
         healthy, lastUpdated is the current time (what older releases meant by it)."""
+        failing = bool(self._failing())
         with self._lock:
             now = self._clock()
             last, queued = self._last_updated, self._oldest_queued
-            healthy = last is None or queued is None or now - queued < self._timeout
+            healthy = not failing and (
+                last is None or queued is None or now - queued < self._timeout
+            )
             return healthy, now if healthy else (last or 0.0), now, self._node_eligible
 
     def healthz(self) -> Response:

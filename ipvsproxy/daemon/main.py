@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import resource
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -11,10 +13,11 @@ from pathlib import Path
 from types import FrameType
 
 from ipvsproxy.cluster.connection import ApiError, connect
+from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import ClusterInformer
-from ipvsproxy.config import ProxyConfig, reconciler_settings
+from ipvsproxy.config import ProxyConfig, parse_bind_address, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
-from ipvsproxy.daemon.http import parse_bind_address
+from ipvsproxy.daemon.http import HttpLimits
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
 from ipvsproxy.kernel.bundle import real_kernel
@@ -47,15 +50,40 @@ def _read_ipvs_counters() -> IPVSTable:
         return ipvs.dump(real_servers=False)
 
 
-def options_from(config: ProxyConfig, *, traffic_metrics: bool) -> DaemonOptions:
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard one, as Go's runtime does at start (so
+    kube-proxy runs with it): systemd's soft 1024 is far below what a busy node needs. The
+    soft limit in force after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as error:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, error)
+            return soft
+    # Linux has no unlimited NOFILE in practice (nr_open caps it), but say what it would mean.
+    return sys.maxsize if hard == resource.RLIM_INFINITY else hard
+
+
+def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int) -> DaemonOptions:
     return DaemonOptions(
+        node_name=config.hostname,
         sync_period=config.sync_period,
         min_sync_period=config.min_sync_period,
         healthz=_address(config.healthz_bind_address, "--healthz-bind-address"),
         metrics=_address(config.metrics_bind_address, "--metrics-bind-address"),
         traffic=_read_ipvs_counters if traffic_metrics else None,
         reconciler=reconciler_settings(config),
+        http=HttpLimits.for_open_files(open_files),
     )
+
+
+def _serving(daemon: Daemon) -> Daemon:
+    try:
+        daemon.serve()
+    except OSError as error:
+        raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
+    return daemon
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -78,7 +106,9 @@ def serve_daemon(
     configure(config.logging_format, verbosity)
     for warning in warnings:
         log.warning(warning)
-    options = options_from(config, traffic_metrics=traffic_metrics)
+    options = options_from(
+        config, traffic_metrics=traffic_metrics, open_files=raise_open_files_limit()
+    )
     stop = threading.Event()
     stop_on_signals(stop)
     with ExitStack() as stack:
@@ -88,24 +118,29 @@ def serve_daemon(
             check_schedulers(kernel.ipvs, {config.settings.scheduler})
         except PreconditionError as error:
             raise DaemonError(str(error)) from None
-        daemon = Daemon(kernel, config.settings, options)
-        try:
-            daemon.serve()
-        except OSError as error:
-            raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
         source: ClusterSource
         if source_path is not None:
-            source = FileSource(source_path, config.hostname, on_change=daemon.changed)
+            # No API: what would be an Event is a log line only.
+            daemon = _serving(Daemon(kernel, config.settings, options))
+            source = FileSource(
+                source_path,
+                config.hostname,
+                on_change=daemon.changed,
+                max_file_size=config.source_max_file_size,
+                workers=daemon.workers,
+            )
         else:
             try:
                 api = connect(config.kubeconfig, config.master or None)
             except ApiError as error:
                 raise DaemonError(str(error)) from None
+            daemon = _serving(Daemon(kernel, config.settings, options, ApiEventSink(api)))
             informer = ClusterInformer(
                 api,
                 config.hostname,
                 service_proxy_name=config.settings.service_proxy_name,
                 hooks=daemon.informer_hooks(),
+                workers=daemon.workers,
             )
             source = ApiSource(informer)
         log.info(

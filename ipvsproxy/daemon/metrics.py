@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -13,11 +13,17 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 from prometheus_client.registry import Collector
 
-from ipvsproxy.daemon.http import Response
+from ipvsproxy.daemon.http import DROP_REASONS, HttpHub, Response
 from ipvsproxy.model import DesiredState, IPVSTable, TrafficStats
+from ipvsproxy.supervise import Supervisor
 
 
 def _linear(start: float, width: float, count: int) -> list[float]:
@@ -49,6 +55,72 @@ class _NoLocalEndpoints(Collector):
         for policy, count in sorted(self.counts.items()):
             family.add_metric([policy], count)
         yield family
+
+
+class _InQuarantine(Collector):
+    """A gauge by kind and reason; a pair seen once stays, at 0 when none is left."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def set(self, counts: Mapping[tuple[str, str], int]) -> None:
+        self.counts = {**dict.fromkeys(self.counts, 0), **counts}
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "ipvsproxy_objects_in_quarantine",
+            "Objects the kernel refused that wait to be tried again, by kind and reason",
+            labels=["kind", "reason"],
+        )
+        for (kind, reason), count in sorted(self.counts.items()):
+            family.add_metric([kind, reason], count)
+        yield family
+
+
+class _Workers(Collector):
+    """Whether each of the daemon's threads runs, read at scrape time."""
+
+    def __init__(self, workers: Supervisor) -> None:
+        self._workers = workers
+
+    def collect(self) -> Iterable[Metric]:
+        failing = set(self._workers.failing())
+        family = GaugeMetricFamily(
+            "ipvsproxy_worker_up",
+            "Whether each of the daemon's threads runs (1) or cannot (0: it keeps failing)",
+            labels=["worker"],
+        )
+        for name in sorted(set(self._workers.running())):
+            family.add_metric([name], 0 if name in failing else 1)
+        yield family
+
+
+class _Http(Collector):
+    """What the HTTP servers hold and had to let go, read at scrape time."""
+
+    def __init__(self, hub: HttpHub) -> None:
+        self._hub = hub
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "ipvsproxy_http_connections",
+            "Connections the HTTP servers hold now",
+            value=self._hub.connections,
+        )
+        dropped = CounterMetricFamily(
+            "ipvsproxy_http_connections_dropped",
+            "Connections closed before their answer was taken, by reason (evicted: the oldest "
+            "idle one, for a new one or for want of descriptors; refused: at the limit; timeout)",
+            labels=["reason"],
+        )
+        for reason in DROP_REASONS:
+            dropped.add_metric([reason], self._hub.dropped[reason])
+        yield dropped
+        yield CounterMetricFamily(
+            "ipvsproxy_http_accept_pauses",
+            "Pauses of accepting connections for want of file descriptors",
+            value=self._hub.accept_pauses,
+        )
 
 
 TrafficSource = Callable[[], tuple[IPVSTable, DesiredState | None]]
@@ -209,6 +281,13 @@ class Metrics:
             ["resource"],
             registry=registry,
         )
+        self.watch_malformed_events = Counter(
+            "ipvsproxy_watch_malformed_events",
+            "Lines of a watch stream that were no usable event (not JSON, nested too deep, "
+            "the wrong shape, over 16 MiB), skipped",
+            ["resource"],
+            registry=registry,
+        )
         self.relists = Counter(
             "ipvsproxy_relists",
             "Lists of a resource after the first (410 Gone)",
@@ -232,8 +311,38 @@ class Metrics:
             ["mode", "result"],
             registry=registry,
         )
+        self.quarantined = Counter(
+            "ipvsproxy_objects_quarantined",
+            "Objects put in quarantine because the kernel refused them, by kind and reason",
+            ["kind", "reason"],
+            registry=registry,
+        )
+        self.in_quarantine = _InQuarantine()
+        registry.register(self.in_quarantine)
+        self.events = Counter(
+            "ipvsproxy_events",
+            "Kubernetes Events about Services, by what became of them "
+            "(created, patched, filtered, dropped, failed)",
+            ["result"],
+            registry=registry,
+        )
+        self.worker_failures = Counter(
+            "ipvsproxy_worker_failures",
+            "Failures of the daemon's threads, each restarted after a delay, by worker",
+            ["worker"],
+            registry=registry,
+        )
         if traffic is not None:
             registry.register(_Traffic(traffic))
+
+    def worker_failed(self, name: str) -> None:
+        self.worker_failures.labels(worker=name).inc()
+
+    def watch_workers(self, workers: Supervisor) -> None:
+        self.registry.register(_Workers(workers))
+
+    def watch_http(self, hub: HttpHub) -> None:
+        self.registry.register(_Http(hub))
 
     def counted(self, counter: Counter, handler: Callable[[], Response]) -> Callable[[], Response]:
         """``handler``, counting each answer's status code in ``counter``."""

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Collection, Mapping
 from functools import partial
 
-from ipvsproxy.daemon.http import ANY_PATH, HttpServer, Response
+from ipvsproxy.daemon.http import ANY_PATH, HttpHub, HttpListener, Response
 from ipvsproxy.model import ClusterSnapshot, DesiredState, ObjectKey
 from ipvsproxy.translate import Settings
 
@@ -49,18 +49,20 @@ def health_check_hosts(settings: Settings, desired: DesiredState) -> list[str] |
 
 
 class HealthCheckNodePorts:
-    """HTTP servers for health-check node ports, started, kept and stopped by ``update``: one
-    per port on ``host`` (all addresses by default), or, given ``hosts``, one per port on each
-    of them (kube-proxy's way under --nodeport-addresses: the matching node addresses alone)."""
+    """Listeners of ``hub`` for health-check node ports, opened, kept and closed by ``update``:
+    one per port on ``host`` (all addresses by default), or, given ``hosts``, one per port on
+    each of them (kube-proxy's way under --nodeport-addresses: the matching node addresses
+    alone)."""
 
-    def __init__(self, host: str = "") -> None:
+    def __init__(self, hub: HttpHub, host: str = "") -> None:
+        self._hub = hub
         self._host = host
         self._lock = threading.Lock()
         self._counts: dict[ObjectKey, int] = {}
-        self._servers: dict[tuple[ObjectKey, int, str], HttpServer] = {}
+        self._servers: dict[tuple[ObjectKey, int, str], HttpListener] = {}
 
     @property
-    def ports(self) -> dict[tuple[ObjectKey, int, str], HttpServer]:
+    def ports(self) -> dict[tuple[ObjectKey, int, str], HttpListener]:
         """Each server by service, port and host."""
         return dict(self._servers)
 
@@ -75,24 +77,24 @@ class HealthCheckNodePorts:
         on = [self._host] if hosts is None else sorted(hosts)
         wanted = {(key, port, host) for key, port in ports.items() for host in on}
         for gone in [served for served in self._servers if served not in wanted]:
-            self._servers.pop(gone).stop()
+            self._servers.pop(gone).close()
         taken = {(port, host) for _, port, host in self._servers}
         for key, port, host in sorted(wanted - set(self._servers), key=str):
             if (port, host) in taken:
                 log.warning("health check node port %d of %s is already served", port, key)
                 continue
             try:
-                server = HttpServer(host, port, {ANY_PATH: partial(self._answer, key)})
+                server = self._hub.serve(host, port, {ANY_PATH: partial(self._answer, key)})
             except OSError as error:
                 log.warning("health check node port %d of %s: %s", port, key, error.strerror)
                 continue
-            self._servers[(key, port, host)] = server.start()
+            self._servers[(key, port, host)] = server
             taken.add((port, host))
             log.info("serving health checks of %s on %s port %d", key, host or "*", port)
 
     def stop(self) -> None:
         for server in self._servers.values():
-            server.stop()
+            server.close()
         self._servers.clear()
 
     def _answer(self, key: ObjectKey) -> Response:

@@ -3,7 +3,8 @@
 * ``request()`` asks for a run; requests that arrive while one is pending coalesce into it;
 * two runs start at least ``min_interval`` apart (a burst of changes is one sync);
 * a run happens at least every ``max_interval`` even with no request (the periodic resync);
-* one run at a time, on the thread that called ``loop``.
+* one run at a time, on the thread that called ``loop``;
+* a run that raises ends ``loop`` with its exception, and is due again when ``loop`` is.
 """
 
 from __future__ import annotations
@@ -62,4 +63,9 @@ class BoundedFrequencyRunner:
                     return
                 self._pending = False
                 self._last_run = self._clock()
-            self._work()
+            try:
+                self._work()
+            except BaseException:
+                # The run did not happen: whoever runs the loop again (its supervisor) runs it.
+                self.request()
+                raise

@@ -1,7 +1,11 @@
 """One sync of the daemon: full (the kernel read and repaired) or incremental (changed services).
 
-* full: on start, every sync period, after a sync that left something unapplied, when the
-  Node changed, and never for less: the kernel is read whole and every difference repaired;
+* full: on start, every sync period, after a sync in which something failed that is no
+  refusal of one object (a transient error, or the kernel not holding what was believed),
+  when the Node changed or a Node's addresses did, and never for less: the kernel is read
+  whole and every difference repaired. An object the kernel refuses waits in quarantine
+  instead (``reconcile.quarantine``), retried by incremental syncs, so one tenant's bad object
+  never makes every sync a full one;
 * incremental: update the kept translation with the Services and EndpointSlices that changed
   since the last sync (as the source names them), and write only what that changed, against
   the state the last sync left (nothing is read): its cost follows the change, not the cluster;
@@ -83,6 +87,11 @@ class Syncer:
     def full_sync_due(self) -> bool:
         return self._last_full is None or self._clock() - self._last_full >= self._sync_period
 
+    def retry_due(self) -> bool:
+        """Whether a quarantined object is due to be tried again (safe from any thread)."""
+        retry = self._reconciler.next_retry
+        return retry is not None and self._clock() >= retry
+
     def sync(
         self,
         snapshot: ClusterSnapshot,
@@ -118,8 +127,9 @@ class Syncer:
                 desired, translated.change, drain_check=self.drain_check_wanted
             )
         self.drain_check_wanted = False
-        # A belief the kernel did not confirm is not a belief to plan against.
-        self._full_needed = not result.ok or bool(result.held_back)
+        # A belief the kernel did not confirm is not a belief to plan against; an object it
+        # refused waits in quarantine, and says nothing about the rest.
+        self._full_needed = result.needs_full
         self._snapshot = snapshot
         seen = set(previous.rejections) if previous is not None else set()
         return SyncReport(

@@ -439,9 +439,10 @@ class FakeIPVS:
     """An in-memory IPVS table that refuses ops with the errnos the kernel uses."""
 
     def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
-        """``schedulers``: those the kernel has or can load a module for."""
+        """``schedulers``: those the kernel has or can load a module for (tests may change
+        them meanwhile, as a module that becomes loadable)."""
         self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
-        self._schedulers = frozenset(schedulers)
+        self.schedulers = frozenset(schedulers)
         self._timeouts = KERNEL_DEFAULT_TIMEOUTS
         # The kernel serialises its table: a scrape thread may read while a sync writes.
         self._lock = threading.Lock()
@@ -488,7 +489,7 @@ class FakeIPVS:
                     return _refusal(errno.EEXIST)
                 if isinstance(op, UpdateVirtualServer) and not exists:
                     return _refusal(errno.ESRCH)
-                if server.scheduler not in self._schedulers:
+                if server.scheduler not in self.schedulers:
                     return _refusal(errno.ENOENT)
                 stored = VirtualServer(
                     server.key, server.scheduler, server.flags & WRITABLE_FLAGS, server.timeout

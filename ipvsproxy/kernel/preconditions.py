@@ -18,6 +18,7 @@ from ipvsproxy.kernel.protocols import IPVSKernel
 from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
+    OpError,
     TransportProtocol,
     VirtualServer,
     VirtualServerKey,
@@ -52,10 +53,20 @@ def require_net_admin(proc: Path = Path("/proc")) -> None:
 def check_schedulers(ipvs: IPVSKernel, schedulers: Iterable[str]) -> None:
     """Raise unless the kernel accepts a virtual server with each scheduler (loading its module)."""
     for scheduler in sorted(set(schedulers)):
-        _probe(ipvs, scheduler)
+        refused = try_scheduler(ipvs, scheduler)
+        if refused is None:
+            continue
+        if refused.errno == errno.EEXIST:
+            raise PreconditionError(f"cannot test IPVS scheduler {scheduler!r}: {refused.message}")
+        raise PreconditionError(
+            f"the kernel refuses IPVS scheduler {scheduler!r} ({refused.message}); load its "
+            f"module (modprobe ip_vs_{scheduler}) or choose another with --ipvs-scheduler"
+        )
 
 
-def _probe(ipvs: IPVSKernel, scheduler: str) -> None:
+def try_scheduler(ipvs: IPVSKernel, scheduler: str) -> OpError | None:
+    """None when the kernel takes a virtual server with ``scheduler`` (which loads its module);
+    else its refusal, or EEXIST when every port to try it on is taken by someone else's."""
     for port in PROBE_PORTS:
         probe = VirtualServer(
             VirtualServerKey(TransportProtocol.TCP, PROBE_ADDRESS, port), scheduler
@@ -63,15 +74,11 @@ def _probe(ipvs: IPVSKernel, scheduler: str) -> None:
         (refused,) = ipvs.apply([AddVirtualServer(probe)])
         if refused is None:
             ipvs.apply([DeleteVirtualServer(probe.key)])
-            return
-        if refused.errno == errno.EEXIST:
-            continue
-        raise PreconditionError(
-            f"the kernel refuses IPVS scheduler {scheduler!r} ({refused.message}); load its "
-            f"module (modprobe ip_vs_{scheduler}) or choose another with --ipvs-scheduler"
-        )
+            return None
+        if refused.errno != errno.EEXIST:
+            return refused
     taken = ", ".join(f"{PROBE_ADDRESS}:{port}" for port in PROBE_PORTS)
-    raise PreconditionError(
-        f"cannot test IPVS scheduler {scheduler!r}: virtual servers already use {taken}; "
-        "delete them (ipvsadm -D -t ADDRESS:PORT)"
+    return OpError(
+        errno.EEXIST,
+        f"virtual servers already use {taken}; delete them (ipvsadm -D -t ADDRESS:PORT)",
     )

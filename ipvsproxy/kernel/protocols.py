@@ -2,6 +2,11 @@
 
 Each has a real implementation and an in-memory fake; both pass the contract suite in
 ``tests/contract``. Nothing here knows about Kubernetes.
+
+A write the kernel does not take comes back as an ``OpError`` in its batch's result (or as
+an ``OSError`` from a single call) carrying the kernel's errno, the fake's the same as the
+kernel's: ``kernel.errors.error_class`` reads it as transient, out of step with what the
+caller believed, or a refusal of that one object.
 """
 
 from __future__ import annotations

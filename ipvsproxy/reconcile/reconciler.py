@@ -19,6 +19,7 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     DesiredChange,
     DesiredState,
+    FlushConntrack,
     IPAddress,
     IPVSTable,
     IPVSTimeouts,
@@ -27,10 +28,13 @@ from ipvsproxy.model import (
     RestoreIptables,
     VirtualServerKey,
     VirtualServerState,
+    virtual_of,
 )
-from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, apply_plan
+from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
+from ipvsproxy.reconcile.held import quarantinable
+from ipvsproxy.reconcile.quarantine import Quarantine, Transition
 from ipvsproxy.reconcile.scoped import plan_change, to_read
 from ipvsproxy.reconcile.state import KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
@@ -59,10 +63,29 @@ class SyncResult:
     writes: int
     # Repairs of objects changed behind our back, by kind ("virtual_server", "real_server", ...).
     drift: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Ops not tried because what they write is in quarantine (see ``quarantine``).
+    quarantined: tuple[PlanOp, ...] = ()
+    # The failures that put (or kept) what they write in quarantine: refusals of one object.
+    refused: tuple[Failure, ...] = ()
+    # Objects that entered or left quarantine in this sync.
+    transitions: tuple[Transition, ...] = ()
+    # Something failed that is no refusal of one object (a transient error, or the kernel
+    # not holding what was believed), or was held back for it: only a full sync can tell
+    # what the kernel holds now.
+    needs_full: bool = False
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    # The plan as applied: without what waits in quarantine.
+    plan: SyncPlan
+    outcome: ApplyOutcome
+    # Ops not tried: what they write waits in quarantine.
+    held: tuple[PlanOp, ...]
 
 
 class Reconciler:
@@ -71,10 +94,14 @@ class Reconciler:
         kernel: Kernel,
         settings: ReconcilerSettings = ReconcilerSettings(),
         clock: Callable[[], float] = time.monotonic,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self._kernel = kernel
         self._settings = settings
         self._clock = clock
+        self._quarantine = quarantine if quarantine is not None else Quarantine()
+        # Read by other threads (the daemon's timer), so kept apart from the quarantine.
+        self._next_retry: float | None = None
         self._drains: dict[RealServerRef, Drain] = {}
         self._record = AppliedRecord()
         # The node's addresses our virtual servers were on, and those of stale ones not yet
@@ -89,6 +116,17 @@ class Reconciler:
     @property
     def last_desired(self) -> DesiredState | None:
         return self._record.desired
+
+    @property
+    def quarantine(self) -> Quarantine:
+        """For the syncing thread only."""
+        return self._quarantine
+
+    @property
+    def next_retry(self) -> float | None:
+        """When an incremental sync would first retry a quarantined object (None: nothing
+        to retry); safe to read from any thread."""
+        return self._next_retry
 
     def observe(self) -> KernelState:
         return observe(self._kernel, self._settings.interface)
@@ -109,55 +147,85 @@ class Reconciler:
 
     def sync(self, desired: DesiredState, actual: KernelState | None = None) -> SyncResult:
         """Make the kernel match ``desired``; ``actual`` replaces reading the kernel."""
-        plan = self.plan(desired, actual)
-        outcome = apply_plan(self._kernel, plan)
+        self._quarantine.sweep(desired)
+        held_before = frozenset(self._quarantine.entries())
+        attempt = self._apply(self.plan(desired, actual), None)
         attempted = [
-            *plan.changes(),
-            *(op for op in outcome.applied if isinstance(op, RestoreIptables)),
+            *attempt.plan.changes(),
+            *(op for op in attempt.outcome.applied if isinstance(op, RestoreIptables)),
         ]
+        # A retry of a quarantined object repairs no drift: the kernel never had it.
+        if held_before:
+            attempted = [
+                op
+                for op in attempted
+                if not any(obj in held_before for obj, _ in quarantinable(op))
+            ]
         drift = count_drift(attempted, self._record)
-        return self._applied(desired, plan, outcome, {}, drift)
+        return self._applied(desired, attempt, {}, drift)
 
     def sync_change(
         self, desired: DesiredState, change: DesiredChange, drain_check: bool = False
     ) -> SyncResult:
         """Write only ``change``, trusting that the kernel holds what the last sync applied
         (see ``scoped``), after reading the few virtual servers ``to_read`` names; with a
-        ``drain_check``, also the draining ones. Drains of other virtual servers are kept."""
-        read = self._read(to_read(desired, change, self._drains, drain_check))
-        plan = plan_change(
+        ``drain_check``, also the draining ones. Drains of other virtual servers are kept.
+        Quarantined virtual servers the change touches or whose retry is due are read too."""
+        now = self._clock()
+        keys = to_read(desired, change, self._drains, drain_check)
+        keys |= self._quarantine.to_read(change, now)
+        change = self._quarantine.with_entries(change, now)
+        self._quarantine.sweep(desired)
+        read, missing = self._read(keys)
+        planned = plan_change(
             desired,
             change,
             read=read,
+            missing=missing,
             drains=self._drains,
-            now=self._clock(),
+            now=now,
             grace_period=self._settings.grace_period,
             interface=self._settings.interface,
         )
-        outcome = apply_plan(self._kernel, plan)
-        scope = change.virtual_servers.keys() | read.keys()
+        attempt = self._apply(planned, keys)
+        scope = change.virtual_servers.keys() | keys
         kept = {ref: drain for ref, drain in self._drains.items() if ref.virtual not in scope}
         # No drift: the plan holds what the cluster changed, not what a read of the kernel found.
-        return self._applied(desired, plan, outcome, kept, Counter())
+        return self._applied(desired, attempt, kept, Counter())
 
-    def _read(self, keys: Iterable[VirtualServerKey]) -> IPVSTable:
-        """These virtual servers as the kernel has them (one it lacks is left out)."""
+    def _apply(self, plan: SyncPlan, planned: frozenset[VirtualServerKey] | None) -> _Attempt:
+        """Apply ``plan`` but for what is held in quarantine."""
+        held = self._quarantine.hold_back(plan, self._clock(), planned)
+        return _Attempt(held.plan, apply_plan(self._kernel, held.plan), held.ops)
+
+    def _read(
+        self, keys: Iterable[VirtualServerKey]
+    ) -> tuple[IPVSTable, frozenset[VirtualServerKey]]:
+        """These virtual servers as the kernel has them, and those it does not have."""
         table: dict[VirtualServerKey, VirtualServerState] = {}
+        missing: set[VirtualServerKey] = set()
         for key in sorted(keys, key=VirtualServerKey.sort_key):
             state = self._kernel.ipvs.virtual_server(key)
-            if state is not None:
+            if state is None:
+                missing.add(key)
+            else:
                 table[key] = state
-        return MappingProxyType(table)
+        return MappingProxyType(table), frozenset(missing)
 
     def _applied(
         self,
         desired: DesiredState,
-        plan: SyncPlan,
-        outcome: ApplyOutcome,
+        attempt: _Attempt,
         kept: dict[RealServerRef, Drain],
         drift: Counter[str],
     ) -> SyncResult:
-        not_applied = _not_applied(outcome)
+        plan, outcome, held = attempt.plan, attempt.outcome, attempt.held
+        others = self._quarantine.take_outcome(outcome, self._clock())
+        held_for = self._quarantine.virtual_servers()
+        refused = tuple(failure for failure in outcome.failures if failure not in others)
+        needs_full = bool(others) or any(not _waits_for(op, held_for) for op in outcome.held_back)
+        self._next_retry = self._quarantine.next_retry()
+        not_applied = [*_not_applied(outcome), *held]
         self._record = record_applied(desired, not_applied)
         self._node_addresses_before = desired.node_addresses | {
             op.key.address for op in not_applied if isinstance(op, DeleteVirtualServer)
@@ -171,7 +239,19 @@ class Reconciler:
             draining=plan.ipvs.draining,
             writes=outcome.writes,
             drift=MappingProxyType(dict(drift)),
+            quarantined=held,
+            refused=refused,
+            transitions=self._quarantine.take_transitions(),
+            needs_full=needs_full,
         )
+
+
+def _waits_for(op: PlanOp, virtual_servers: frozenset[VirtualServerKey]) -> bool:
+    """Whether ``op``, held back, is on a virtual server that waits in quarantine (and is
+    planned again when it is retried)."""
+    if isinstance(op, FlushConntrack):
+        return op.virtual in virtual_servers
+    return isinstance(op, IPVS_OPS) and virtual_of(op) in virtual_servers
 
 
 def _not_applied(outcome: ApplyOutcome) -> list[PlanOp]:

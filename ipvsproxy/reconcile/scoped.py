@@ -96,20 +96,23 @@ def plan_change(
     change: DesiredChange,
     *,
     read: IPVSTable = NOTHING_READ,
+    missing: frozenset[VirtualServerKey] = frozenset(),
     drains: Mapping[RealServerRef, Drain],
     now: float = 0.0,
     grace_period: float = DEFAULT_GRACE_PERIOD,
     interface: str,
 ) -> SyncPlan:
     """Pure: the plan of an incremental sync; ``read``: virtual servers just read from the
-    kernel (``to_read``), planned as read."""
+    kernel (``to_read``), planned as read, and ``missing`` those read that it does not have."""
     before = {
         **change.virtual_servers,
-        **{key: desired.virtual_servers.get(key) for key in read},
+        **{key: desired.virtual_servers.get(key) for key in (*read, *missing)},
     }
     drains = {ref: drain for ref, drain in drains.items() if ref.virtual in before}
     actual = believed_ipvs(before, drains.values())
     actual.update(read)
+    for key in missing:
+        actual.pop(key, None)
     wanted = desired.virtual_servers
     scoped = replace(
         desired, virtual_servers=MappingProxyType({k: wanted[k] for k in before if k in wanted})

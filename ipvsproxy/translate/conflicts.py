@@ -5,7 +5,8 @@ service's address into its own externalIPs loses that one virtual server and tak
 from the other service (the attack class of CVE-2020-8554). An address the API server
 allocates and keeps unique (a cluster IP, a node port) wins over one a user writes
 (externalIPs, load-balancer ingress); between equals the older service wins, then the first
-by name, so a newcomer never displaces what is already served.
+by name, so a newcomer never displaces what is already served. Node ports are settled the same
+way, per port of the node (``node_ports``), all of them allocated by the API server.
 """
 
 from __future__ import annotations
@@ -15,19 +16,25 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ipvsproxy.model import AddressKind, ObjectKey, Rejection, SkipReason, VirtualServerKey
+from ipvsproxy.translate.node_ports import NodePortKey, PortUse
 
-API_ALLOCATED = frozenset({AddressKind.CLUSTER_IP, AddressKind.NODE_PORT})
+API_ALLOCATED = frozenset(
+    {AddressKind.CLUSTER_IP, AddressKind.NODE_PORT, PortUse.NODE_PORT, PortUse.HEALTH_CHECK}
+)
 # Sorts after every RFC 3339 time: a service of unknown age counts as the newest.
 _UNKNOWN_AGE = "~"
 
 T = TypeVar("T")
+# What is claimed: a virtual server, or a port of the node.
+Contested = VirtualServerKey | NodePortKey
+K = TypeVar("K", bound=Contested)
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     service: ObjectKey
     created: str  # metadata.creationTimestamp, "" when unknown
-    kind: AddressKind
+    kind: AddressKind | PortUse
 
     def rank(self) -> tuple[bool, str, str]:
         """Lower wins."""
@@ -42,7 +49,7 @@ def _why(winner: Claim, loser: Claim) -> str:
     return "the first by name wins between services of the same age"
 
 
-def conflict(key: VirtualServerKey, winner: Claim, loser: Claim) -> Rejection:
+def conflict(key: Contested, winner: Claim, loser: Claim) -> Rejection:
     return Rejection(
         f"Service {loser.service}",
         f"{key} ({loser.kind}) is also Service {winner.service}'s ({winner.kind}); "
@@ -51,20 +58,20 @@ def conflict(key: VirtualServerKey, winner: Claim, loser: Claim) -> Rejection:
     )
 
 
-def settle(key: VirtualServerKey, claims: Iterable[Claim]) -> tuple[Claim, list[Rejection]]:
+def settle(key: Contested, claims: Iterable[Claim]) -> tuple[Claim, list[Rejection]]:
     """The winning claim, and each other claim's rejection naming that winner, in rank order."""
     winner, *losers = sorted(claims, key=Claim.rank)
     return winner, [conflict(key, winner, loser) for loser in losers]
 
 
-class Claims(Generic[T]):
-    """Each virtual server's winning claim, with a value the caller keeps beside it."""
+class Claims(Generic[K, T]):
+    """Each key's winning claim, with a value the caller keeps beside it."""
 
     def __init__(self) -> None:
-        self.held: dict[VirtualServerKey, tuple[Claim, T]] = {}
-        self._lost: dict[VirtualServerKey, list[Claim]] = {}
+        self.held: dict[K, tuple[Claim, T]] = {}
+        self._lost: dict[K, list[Claim]] = {}
 
-    def offer(self, key: VirtualServerKey, claim: Claim, value: T) -> None:
+    def offer(self, key: K, claim: Claim, value: T) -> None:
         """Take ``key`` for ``claim`` if it wins against the claims offered so far."""
         current = self.held.get(key)
         if current is None:

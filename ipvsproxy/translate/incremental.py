@@ -7,7 +7,10 @@ entries), each service's rejections — and replaces only the changed services' 
 virtual server whose winner goes away passes to the best remaining claim, as ``translate``
 would settle it. The result equals ``translate`` of the same snapshot (a property test holds
 it to that), and comes with the ``DesiredChange`` against the previous result, so that a sync
-after one change costs that change, not the cluster.
+after one change costs that change, not the cluster. Node ports are settled the same way, one
+level up: a service holds a NodePort's virtual servers only while it holds the node port, so a
+node port that passes to another service (or to a health check) settles its virtual servers
+again.
 
 Not thread-safe; an exception in ``update`` leaves the state unusable until ``rebuild``.
 """
@@ -15,7 +18,7 @@ Not thread-safe; an exception in ``update`` leaves the state unusable until ``re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -32,6 +35,7 @@ from ipvsproxy.model import (
     ObjectKey,
     Rejection,
     Service,
+    TransportProtocol,
     VirtualServerKey,
 )
 from ipvsproxy.translate.conflicts import Claim, settle
@@ -46,12 +50,13 @@ from ipvsproxy.translate.ipsets import (
 )
 from ipvsproxy.translate.iptables import build_iptables
 from ipvsproxy.translate.node import NodeFacts, node_facts
+from ipvsproxy.translate.node_ports import NodePortKey, PortUse
 from ipvsproxy.translate.settings import Settings
 from ipvsproxy.translate.translate import (
     ServiceCache,
     ServiceState,
     health_check_families,
-    health_check_node_port,
+    holds_node_port,
     on_node,
     proxied,
     translate_service,
@@ -92,14 +97,21 @@ class _Counted(Generic[K]):
         return came, went
 
 
+def _drop_claim(claims: dict[K, dict[ObjectKey, Claim]], key: K, service: ObjectKey) -> None:
+    """The service's claim on ``key`` is withdrawn; a key nobody claims is forgotten."""
+    held = claims[key]
+    del held[service]
+    if not held:
+        del claims[key]
+
+
 @dataclass(frozen=True, slots=True)
 class _Share:
     """What one service brings, whichever virtual servers it wins."""
 
     state: ServiceState | None  # None: rejected whole
-    # Its hairpin and health-check entries.
+    # Its hairpin entries.
     members: tuple[Member, ...]
-    health_check: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +135,11 @@ class IncrementalTranslation:
     def __init__(self, settings: Settings, cache: ServiceCache | None = None) -> None:
         self._settings = settings
         self._cache = cache if cache is not None else ServiceCache()
-        self._reset(None)
+        self._reset(None, MappingProxyType({}))
 
-    def _reset(self, node: NodeFacts | None) -> None:
+    def _reset(self, node: NodeFacts | None, nodes_by_address: Mapping[IPAddress, str]) -> None:
         self._node = node
+        self._nodes_by_address = nodes_by_address
         self._desired: DesiredState | None = None
         self._slices: dict[ObjectKey, dict[ObjectKey, EndpointSlice]] = {}
         self._slice_owners: dict[ObjectKey, ObjectKey] = {}
@@ -135,6 +148,11 @@ class IncrementalTranslation:
         self._service_rejections: dict[ObjectKey, tuple[Rejection, ...]] = {}
         self._claims: dict[VirtualServerKey, dict[ObjectKey, Claim]] = {}
         self._conflicts: dict[VirtualServerKey, list[Rejection]] = {}
+        self._port_claims: dict[NodePortKey, dict[ObjectKey, Claim]] = {}
+        self._port_conflicts: dict[NodePortKey, list[Rejection]] = {}
+        self._port_holders: dict[NodePortKey, ObjectKey] = {}
+        # The services whose health check holds its port: the port, and its ipset entries.
+        self._health_held: dict[ObjectKey, tuple[int, tuple[Member, ...]]] = {}
         self._won: dict[VirtualServerKey, _Won] = {}
         self._servers: dict[VirtualServerKey, DesiredVirtualServer] = {}
         self._servers_before: dict[VirtualServerKey, DesiredVirtualServer | None] = {}
@@ -153,8 +171,8 @@ class IncrementalTranslation:
     def rebuild(self, snapshot: ClusterSnapshot) -> DesiredState:
         """Forget everything and translate the whole snapshot."""
         node = node_facts(snapshot, self._settings)
-        self._reset(node)
-        self._cache.begin(node, self._settings, snapshot.services)
+        self._reset(node, snapshot.nodes_by_address)
+        self._cache.begin(node, self._settings, snapshot.services, snapshot.nodes_by_address)
         return self.update(snapshot, snapshot.services, snapshot.endpoint_slices).desired
 
     def update(
@@ -164,24 +182,28 @@ class IncrementalTranslation:
         endpoint_slices: Iterable[ObjectKey],
     ) -> Translated:
         """The desired state after the given Services and EndpointSlices changed in
-        ``snapshot`` (added, changed or deleted); the Node must be the last rebuild's."""
+        ``snapshot`` (added, changed or deleted); the Node, and every Node's addresses, must
+        be the last rebuild's."""
         if self._node is None:
             raise RuntimeError("update() before rebuild()")
         changed = set(services)
         for key in endpoint_slices:
             changed |= self._reindex_slice(key, snapshot.endpoint_slices.get(key))
         touched: set[VirtualServerKey] = set()
+        ports: set[NodePortKey] = set()
         for key in changed:
-            self._withdraw(key, touched)
+            self._withdraw(key, touched, ports)
         addresses = AddressCache()
         for key in changed:
             service = snapshot.services.get(key)
             if service is None:
                 self._cache.forget(key)
             elif proxied(service, self._settings):
-                self._offer(service, self._node, addresses, touched)
+                self._offer(service, self._node, addresses, touched, ports)
+        for port_key in ports:
+            self._settle_port(port_key, self._node, touched)
         for vs_key in touched:
-            self._settle(vs_key, self._node)
+            self._settle(vs_key)
         return self._result(self._node)
 
     # -- the index of slices by service -----------------------------------------------------------
@@ -214,7 +236,9 @@ class IncrementalTranslation:
 
     # -- services' shares ----------------------------------------------------------------------
 
-    def _withdraw(self, key: ObjectKey, touched: set[VirtualServerKey]) -> None:
+    def _withdraw(
+        self, key: ObjectKey, touched: set[VirtualServerKey], ports: set[NodePortKey]
+    ) -> None:
         share = self._shares.pop(key, None)
         if share is None:
             return
@@ -222,18 +246,15 @@ class IncrementalTranslation:
             self._rejections_changed = True
         for name, entry in share.members:
             self._entries[name].remove(entry)
-        if share.health_check is not None:
-            del self._health_checks[key]
-            self._health_checks_changed = True
         if share.state is None:
             return
         for scope in share.state.no_local_endpoints:
             self._no_local[scope] -= 1
+        for port_key in share.state.node_ports:
+            _drop_claim(self._port_claims, port_key, key)
+            ports.add(port_key)
         for vs_key in share.state.servers:
-            claims = self._claims[vs_key]
-            del claims[key]
-            if not claims:
-                del self._claims[vs_key]
+            _drop_claim(self._claims, vs_key, key)
             touched.add(vs_key)
 
     def _offer(
@@ -242,40 +263,92 @@ class IncrementalTranslation:
         node: NodeFacts,
         addresses: AddressCache,
         touched: set[VirtualServerKey],
+        ports: set[NodePortKey],
     ) -> None:
         key = service.key
         group = self._slices.get(key, {})
         slices = [group[k] for k in sorted(group, key=str)]
         found = translate_service(
-            service, slices, self._settings, node, addresses, cache=self._cache
+            service,
+            slices,
+            self._settings,
+            (node, self._nodes_by_address),
+            addresses,
+            cache=self._cache,
         )
         if isinstance(found, Rejection):
-            self._shares[key] = _Share(None, (), None)
+            self._shares[key] = _Share(None, ())
             self._service_rejections[key] = (found,)
             self._rejections_changed = True
             return
         members = [hairpin_member(protocol, real) for protocol, real in found.hairpin]
-        port = health_check_node_port(service)
-        if port is not None:
-            families = health_check_families(found, node)
-            members += [health_check_member(family, port) for family in families]
-            self._health_checks[key] = port
-            self._health_checks_changed = True
         for name, entry in members:
             self._entries[name].add(entry)
-        self._shares[key] = _Share(found, tuple(members), port)
+        self._shares[key] = _Share(found, tuple(members))
         if found.rejections:
             self._service_rejections[key] = tuple(found.rejections)
             self._rejections_changed = True
         for scope in found.no_local_endpoints:
             self._no_local[scope] += 1
+        for port_key, use in found.node_ports.items():
+            self._port_claims.setdefault(port_key, {})[key] = Claim(key, service.created, use)
+            ports.add(port_key)
         for vs_key, wanted in found.servers.items():
             self._claims.setdefault(vs_key, {})[key] = Claim(key, service.created, wanted.kind)
             touched.add(vs_key)
 
+    # -- node ports' holders -------------------------------------------------------------------
+
+    def _settle_port(
+        self, key: NodePortKey, node: NodeFacts, touched: set[VirtualServerKey]
+    ) -> None:
+        """Give the node port to its best claim now; a health check starts or stops with it,
+        and the port's NodePort virtual servers are settled again if its holder changed."""
+        old = self._port_holders.pop(key, None)
+        if old is not None:
+            self._release_health_check(old, key)
+        if self._port_conflicts.pop(key, None) is not None:
+            self._rejections_changed = True
+        claims = self._port_claims.get(key)
+        new = None
+        if claims:
+            winner, lost = settle(key, claims.values())
+            if lost:
+                self._port_conflicts[key] = lost
+                self._rejections_changed = True
+            new = self._port_holders[key] = winner.service
+            if winner.kind is PortUse.HEALTH_CHECK:
+                self._take_health_check(new, key.port, node)
+        if new != old:
+            touched.update(
+                VirtualServerKey(key.protocol, address, key.port)
+                for address in node.node_port_addresses
+            )
+
+    def _take_health_check(self, service: ObjectKey, port: int, node: NodeFacts) -> None:
+        state = self._shares[service].state
+        assert state is not None
+        families = health_check_families(state, node)
+        members = tuple(health_check_member(family, port) for family in families)
+        for name, entry in members:
+            self._entries[name].add(entry)
+        self._health_held[service] = (port, members)
+        self._health_checks[service] = port
+        self._health_checks_changed = True
+
+    def _release_health_check(self, service: ObjectKey, key: NodePortKey) -> None:
+        held = self._health_held.get(service)
+        if held is None or held[0] != key.port or key.protocol is not TransportProtocol.TCP:
+            return
+        del self._health_held[service]
+        for name, entry in held[1]:
+            self._entries[name].remove(entry)
+        del self._health_checks[service]
+        self._health_checks_changed = True
+
     # -- virtual servers' winners --------------------------------------------------------------
 
-    def _settle(self, key: VirtualServerKey, node: NodeFacts) -> None:
+    def _settle(self, key: VirtualServerKey) -> None:
         """Give ``key`` to its best claim now, and its entries and address with it."""
         old = self._won.pop(key, None)
         self._servers_before.setdefault(key, None if old is None else old.wanted)
@@ -283,10 +356,14 @@ class IncrementalTranslation:
             self._let_go(key, old)
         if self._conflicts.pop(key, None) is not None:
             self._rejections_changed = True
-        claims = self._claims.get(key)
+        claims = [
+            claim
+            for claim in self._claims.get(key, {}).values()
+            if holds_node_port(key, claim.kind, claim.service, self._port_holders)
+        ]
         if not claims:
             return
-        winner, lost = settle(key, claims.values())
+        winner, lost = settle(key, claims)
         if lost:
             self._conflicts[key] = lost
             self._rejections_changed = True
@@ -295,7 +372,7 @@ class IncrementalTranslation:
         wanted = state.servers[key]
         firewall = state.firewalls.get(key)
         members = virtual_server_members(key, wanted, key in state.local_external, firewall)
-        node_side = on_node(key, wanted, node)
+        node_side = on_node(wanted)
         if node_side:
             self._nodes.add(key.address)
         else:
@@ -394,6 +471,7 @@ class IncrementalTranslation:
             *self._slice_rejections.values(),
             *(r for found in self._service_rejections.values() for r in found),
             *(r for lost in self._conflicts.values() for r in lost),
+            *(r for lost in self._port_conflicts.values() for r in lost),
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from ipaddress import ip_address
 
 from ipvsproxy.model import (
     AddressKind,
@@ -179,6 +180,28 @@ def virtual_server_members(
         members += _firewall_members(key, firewall)
     family = IPFamily.of(key.address)
     return [(set_name(base, family), entry) for base, entry in members]
+
+
+# The sets whose entries begin with the virtual server they are for (``ip_port``).
+_LED_BY_VIRTUAL_SERVER = frozenset(
+    set_name(base, family)
+    for base, (set_type, _) in SETS.items()
+    if set_type.startswith("hash:ip,port") and base != "KUBE-LOOP-BACK"
+    for family in IPFamily
+)
+_PROTOCOLS = {protocol.value.lower(): protocol for protocol in TransportProtocol}
+
+
+def virtual_server_of_member(name: str, entry: str) -> VirtualServerKey | None:
+    """The virtual server an entry of set ``name`` is for, where the entry names it."""
+    if name not in _LED_BY_VIRTUAL_SERVER:
+        return None
+    address, _, rest = entry.partition(",")
+    protocol, _, port = rest.partition(",")[0].partition(":")
+    try:
+        return VirtualServerKey(_PROTOCOLS[protocol], ip_address(address), int(port))
+    except (KeyError, ValueError):
+        return None
 
 
 def hairpin_member(protocol: TransportProtocol, real: RealServerKey) -> Member:

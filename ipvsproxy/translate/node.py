@@ -1,4 +1,4 @@
-"""What translate needs to know of this node, worked out once per translate.
+"""What translate needs to know of this node, worked out once per translate, and of the others.
 
 As kube-proxy's IPVS proxier: the node's own addresses are its interfaces' (kube-ipvs0's
 aside), read from the kernel, so an address on a second NIC that the Node object does not
@@ -95,3 +95,26 @@ def _networks(texts: tuple[str, ...]) -> tuple[IPNetwork, ...]:
         except ValueError:
             continue
     return tuple(networks)
+
+
+def address_owner(
+    address: IPAddress, node: NodeFacts, nodes_by_address: Mapping[IPAddress, str]
+) -> str | None:
+    """Whose address ``address`` is ("this node's", "Node NAME's"), or None: nobody's.
+
+    This node's addresses include the ones NodePorts use (``--nodeport-addresses``), which a
+    user-written address must never take over.
+    """
+    if address in node.addresses or address in node.node_port_addresses:
+        return "this node's"
+    name = nodes_by_address.get(address)
+    return None if name is None else f"Node {name}'s"
+
+
+def moved_addresses(
+    before: Mapping[IPAddress, str], after: Mapping[IPAddress, str]
+) -> frozenset[IPAddress]:
+    """The addresses that came, went or passed to another Node between two readings."""
+    if before is after:
+        return frozenset()
+    return frozenset(a for a in before.keys() | after.keys() if before.get(a) != after.get(a))

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ipvsproxy.model import IPAddress, IPNetwork
 
 NODEPORT_PRIMARY = "primary"
+# kube-apiserver's --service-node-port-range default.
+DEFAULT_NODE_PORT_RANGE = (30000, 32767)
+KUBELET_PORT = 10250
+# The kubelet's, and kube-proxy's default health and metrics ports (--healthz-bind-address,
+# --metrics-bind-address): the configuration replaces the last two with the ports it serves.
+DEFAULT_OWN_PORTS = frozenset({KUBELET_PORT, 10256, 10249})
+_PORT_NUMBER = re.compile(r"[0-9]{1,5}")
 
 
 class LocalDetectMode(enum.StrEnum):
@@ -40,6 +48,12 @@ class Settings:
     # are ignored, so a tenant cannot claim any address it likes (CVE-2020-8554).
     external_ip_ranges: tuple[IPNetwork, ...] = ()
     strict_arp: bool = False
+    # --service-node-port-range (kube-apiserver's flag), inclusive: nodePorts and
+    # healthCheckNodePorts outside it are refused, as the API server's allocator would.
+    node_port_range: tuple[int, int] = DEFAULT_NODE_PORT_RANGE
+    # Ports the node serves itself (the kubelet's, our health and metrics servers): a node
+    # port there would hand them to a tenant's pods.
+    own_ports: frozenset[int] = DEFAULT_OWN_PORTS
     # Used for NodePort when the snapshot has no Node (e.g. --hostname-override unknown).
     node_ips: tuple[IPAddress, ...] = ()
 
@@ -61,3 +75,20 @@ def parse_nodeport_addresses(values: Sequence[str]) -> tuple[tuple[IPNetwork, ..
         except ValueError:
             raise ValueError(f"{value!r}: must be a valid CIDR") from None
     return tuple(networks), False
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """A port range as kube-apiserver's --service-node-port-range takes it: ``LOW-HIGH``,
+    ``BASE+OFFSET`` or one port, within 1-65535; raises ValueError saying what is wrong."""
+    value = text.strip()
+    low_text, sep, rest = value.partition("-") if "-" in value else value.partition("+")
+    parts = [low_text, rest] if sep else [low_text]
+    if not all(_PORT_NUMBER.fullmatch(part) for part in parts):
+        raise ValueError("not a port range (LOW-HIGH, BASE+OFFSET or PORT)")
+    low = int(low_text)
+    high = low if not sep else int(rest) if sep == "-" else low + int(rest)
+    if not 1 <= low <= 65535 or high > 65535:
+        raise ValueError("ports are 1-65535")
+    if high < low:
+        raise ValueError("the end port may not be below the start port")
+    return low, high

@@ -47,7 +47,8 @@ from ipvsproxy.translate.endpoints import (
 )
 from ipvsproxy.translate.ipsets import Firewall, build_ipsets
 from ipvsproxy.translate.iptables import build_iptables
-from ipvsproxy.translate.node import NodeFacts, node_facts
+from ipvsproxy.translate.node import NodeFacts, address_owner, moved_addresses, node_facts
+from ipvsproxy.translate.node_ports import NodePortKey, PortUse, refused_node_port
 from ipvsproxy.translate.settings import Settings
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
@@ -83,6 +84,13 @@ class ServiceState:
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
     # Which Local traffic policies ("internal", "external") found endpoints, none on this node.
     no_local_endpoints: set[str] = field(default_factory=set)
+    # The node ports it asks for, each with what for: it gets those it wins against other
+    # services (its NodePort virtual servers, its health check), settled across services.
+    node_ports: dict[NodePortKey, PortUse] = field(default_factory=dict)
+    health_check: int | None = None
+    # The addresses checked against every Node's (the user-written ones): they decide whether
+    # this share still holds once Nodes' addresses change.
+    node_checked: set[IPAddress] = field(default_factory=set)
     rejections: list[Rejection] = field(default_factory=list)
 
 
@@ -115,20 +123,72 @@ def _addresses(
     return found
 
 
-def _not_the_nodes(
-    address: IPAddress, node: NodeFacts, service: Service, state: ServiceState
+_WRITTEN = {
+    AddressKind.EXTERNAL_IP: "externalIP",
+    AddressKind.LOAD_BALANCER: "load-balancer ingress IP",
+}
+
+
+_NO_OTHER_NODES: Mapping[IPAddress, str] = MappingProxyType({})
+
+
+def _not_a_node_address(
+    address: IPAddress,
+    what: str,
+    nodes: tuple[NodeFacts, Mapping[IPAddress, str]],
+    service: Service,
+    state: ServiceState,
 ) -> bool:
-    """A cluster IP is bound on kube-ipvs0: never one of the node's own addresses."""
-    if address not in node.addresses:
+    """Never this node's address, nor another Node's among ``nodes`` (CVE-2020-8554): a
+    virtual server there would hand this node's own ports (sshd, the kubelet) to the service's
+    pods, and an address bound on kube-ipvs0 would cut every node off from the node that has
+    it."""
+    if nodes[1]:
+        state.node_checked.add(address)
+    owner = address_owner(address, *nodes)
+    if owner is None:
         return True
     state.rejections.append(
         Rejection(
             f"Service {service.key}",
-            f"clusterIP {address} is this node's address; ignored",
-            SkipReason.UNUSABLE_ADDRESS,
+            f"{what} {address} is {owner} address; ignored",
+            SkipReason.NODE_ADDRESS,
         )
     )
     return False
+
+
+def _node_port_allowed(
+    port: int, use: PortUse, settings: Settings, service: Service, state: ServiceState
+) -> bool:
+    reason = refused_node_port(port, use, settings)
+    if reason is not None:
+        state.rejections.append(
+            Rejection(
+                f"Service {service.key}", f"{reason}; ignored", SkipReason.NODE_PORT_NOT_ALLOWED
+            )
+        )
+    return reason is None
+
+
+def _health_check(service: Service, settings: Settings, state: ServiceState) -> int | None:
+    """The health-check node port it asks for, if it may: inside the range, not one of the
+    node's own ports, nor one of its own TCP nodePorts (which keeps the number)."""
+    port = health_check_node_port(service)
+    if port is None or not _node_port_allowed(port, PortUse.HEALTH_CHECK, settings, service, state):
+        return None
+    key = NodePortKey(TransportProtocol.TCP, port)
+    if key in state.node_ports:
+        state.rejections.append(
+            Rejection(
+                f"Service {service.key}",
+                f"healthCheckNodePort {port} is also its TCP nodePort; ignored",
+                SkipReason.ADDRESS_CONFLICT,
+            )
+        )
+        return None
+    state.node_ports[key] = PortUse.HEALTH_CHECK
+    return port
 
 
 def _allowed_external(
@@ -190,11 +250,12 @@ def _service_state(
     service: Service,
     slices: list[EndpointSlice],
     settings: Settings,
-    node: NodeFacts,
+    nodes: tuple[NodeFacts, Mapping[IPAddress, str]],
     cache: AddressCache,
 ) -> ServiceState:
     """This service's virtual servers, addresses and ipset inputs."""
     state = ServiceState()
+    node = nodes[0]
     scheduler = _scheduler(service, settings)
     flags = ServiceFlags.PERSISTENT if service.session_affinity_timeout else ServiceFlags.NONE
     if scheduler == "mh":
@@ -204,7 +265,10 @@ def _service_state(
     cluster_ips = [
         ip
         for ip in _addresses(service.cluster_ips, "clusterIP", service, state, cache)
-        if _not_the_nodes(ip, node, service, state)
+        # Checked against this node's addresses alone: the API server allocates cluster IPs,
+        # and a Node's status is its kubelet's to write; another node claiming one must not
+        # take a Service away from every node.
+        if _not_a_node_address(ip, "clusterIP", (node, _NO_OTHER_NODES), service, state)
     ]
     # kube-proxy runs one proxier per family and a service exists in a family's proxier
     # only through a cluster IP of that family: other addresses of other families are left.
@@ -221,7 +285,12 @@ def _service_state(
         if ingress.ip_mode != "Proxy"
         and _usable(ingress.ip, "load-balancer ingress IP", service, state)
     ]
-    external = [(ip, kind) for ip, kind in external if IPFamily.of(ip) in families]
+    external = [
+        (ip, kind)
+        for ip, kind in external
+        if IPFamily.of(ip) in families
+        and _not_a_node_address(ip, _WRITTEN[kind], nodes, service, state)
+    ]
     ranges, broken_ranges = _source_ranges(service, state)
     internal_local = service.internal_traffic_policy is TrafficPolicy.LOCAL
     external_local = service.external_traffic_policy is TrafficPolicy.LOCAL
@@ -231,7 +300,12 @@ def _service_state(
             (ip, port.port, AddressKind.CLUSTER_IP, internal_local) for ip in cluster_ips
         ]
         targets += [(ip, port.port, kind, external_local) for ip, kind in external]
-        if port.node_port and service.type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER):
+        if (
+            port.node_port
+            and service.type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER)
+            and _node_port_allowed(port.node_port, PortUse.NODE_PORT, settings, service, state)
+        ):
+            state.node_ports[NodePortKey(port.protocol, port.node_port)] = PortUse.NODE_PORT
             targets += [
                 (ip, port.node_port, AddressKind.NODE_PORT, external_local)
                 for ip in node.node_port_addresses
@@ -280,6 +354,7 @@ def _service_state(
                 owner=owner,
                 kind=kind,
             )
+    state.health_check = _health_check(service, settings, state)
     return state
 
 
@@ -310,23 +385,37 @@ class ServiceCache:
     A service whose Service and EndpointSlice objects are the very same objects as last time,
     on the same node with the same settings, is not translated again: a sync after one changed
     slice translates one service. Objects are frozen and parsed once, so identity is equality.
+    When other Nodes' addresses change, only the shares that checked one of those go.
     """
 
     def __init__(self) -> None:
         self._context: tuple[NodeFacts, Settings] | None = None
+        self._nodes_by_address: Mapping[IPAddress, str] = MappingProxyType({})
         self._entries: dict[
             # The share, or why the service was rejected.
             ObjectKey, tuple[Service, tuple[EndpointSlice, ...], ServiceState | str]
         ] = {}
 
     def begin(
-        self, node: NodeFacts, settings: Settings, services: Mapping[ObjectKey, Service]
+        self,
+        node: NodeFacts,
+        settings: Settings,
+        services: Mapping[ObjectKey, Service],
+        nodes_by_address: Mapping[IPAddress, str],
     ) -> None:
         if self._context != (node, settings):
             self._context = (node, settings)
             self._entries.clear()
         elif len(self._entries) > len(services):
             self._entries = {k: v for k, v in self._entries.items() if k in services}
+        moved = moved_addresses(self._nodes_by_address, nodes_by_address)
+        self._nodes_by_address = nodes_by_address
+        if moved:
+            self._entries = {
+                key: entry
+                for key, entry in self._entries.items()
+                if isinstance(entry[2], str) or not entry[2].node_checked & moved
+            }
 
     def forget(self, key: ObjectKey) -> None:
         """The service is gone: its share is not kept."""
@@ -365,24 +454,33 @@ class _Merged:
     local_external: set[VirtualServerKey] = field(default_factory=set)
     firewalls: dict[VirtualServerKey, Firewall] = field(default_factory=dict)
 
-    def take(self, key: VirtualServerKey, found: ServiceState, node: NodeFacts) -> None:
+    def take(self, key: VirtualServerKey, found: ServiceState) -> None:
         wanted = found.servers[key]
         self.servers[key] = wanted
         if key in found.local_external:
             self.local_external.add(key)
         if key in found.firewalls:
             self.firewalls[key] = found.firewalls[key]
-        (self.nodes if on_node(key, wanted, node) else self.bound).add(key.address)
+        (self.nodes if on_node(wanted) else self.bound).add(key.address)
 
 
-def on_node(key: VirtualServerKey, wanted: DesiredVirtualServer, node: NodeFacts) -> bool:
-    """Whether the virtual server's address is the node's own rather than bound on kube-ipvs0.
+def on_node(wanted: DesiredVirtualServer) -> bool:
+    """Whether the virtual server's address is the node's own rather than bound on kube-ipvs0:
+    a NodePort's. Every other address is bound (one that is a node's is refused before)."""
+    return wanted.kind is AddressKind.NODE_PORT
 
-    An external or LB IP the node already has is served there, not bound again; cluster IPs
-    are always bound, as kube-proxy does.
-    """
-    return wanted.kind is AddressKind.NODE_PORT or (
-        wanted.kind is not AddressKind.CLUSTER_IP and key.address in node.addresses
+
+def holds_node_port(
+    key: VirtualServerKey,
+    kind: AddressKind | PortUse,
+    service: ObjectKey,
+    holders: Mapping[NodePortKey, ObjectKey],
+) -> bool:
+    """Whether the service may claim the virtual server: a NodePort's only if it holds the
+    node port (another service's health check, or an older NodePort, may)."""
+    return (
+        kind is not AddressKind.NODE_PORT
+        or holders.get(NodePortKey(key.protocol, key.port)) == service
     )
 
 
@@ -429,13 +527,14 @@ def translate_service(
     service: Service,
     slices: list[EndpointSlice],
     settings: Settings,
-    node: NodeFacts,
+    nodes: tuple[NodeFacts, Mapping[IPAddress, str]],
     addresses: AddressCache,
     *,
     cache: ServiceCache | None,
 ) -> ServiceState | Rejection:
-    """One proxied service's share of the desired state, or why it has none."""
-    translate_one = partial(_service_state, service, slices, settings, node, addresses)
+    """One proxied service's share of the desired state, or why it has none; ``nodes``: this
+    node, and every Node's addresses (the ones a ``cache`` was last given)."""
+    translate_one = partial(_service_state, service, slices, settings, nodes, addresses)
     try:
         return (
             translate_one()
@@ -460,38 +559,48 @@ def translate(
             continue
         slices_by_service.setdefault(endpoint_slice.service, []).append(endpoint_slice)
     node = node_facts(snapshot, settings)
+    nodes = (node, snapshot.nodes_by_address)
     addresses = AddressCache()
     if cache is not None:
-        cache.begin(node, settings, snapshot.services)
-    claims: Claims[ServiceState] = Claims()
+        cache.begin(node, settings, snapshot.services, snapshot.nodes_by_address)
     hairpin: set[tuple[TransportProtocol, RealServerKey]] = set()
-    health_checks: dict[ObjectKey, int] = {}
     no_local_endpoints = dict.fromkeys(TRAFFIC_POLICY_SCOPES, 0)
-    health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
+    shares: list[tuple[Service, ServiceState]] = []
+    ports: Claims[NodePortKey, None] = Claims()
     for key in sorted(snapshot.services, key=str):
         service = snapshot.services[key]
         if not proxied(service, settings):
             continue
         slices = slices_by_service.get(key, [])
-        found = translate_service(service, slices, settings, node, addresses, cache=cache)
+        found = translate_service(service, slices, settings, nodes, addresses, cache=cache)
         if isinstance(found, Rejection):
             rejections.append(found)
             continue
         rejections += found.rejections
         hairpin |= found.hairpin
-        for vs_key, wanted in found.servers.items():
-            claims.offer(vs_key, Claim(key, service.created, wanted.kind), found)
         for scope in found.no_local_endpoints:
             no_local_endpoints[scope] += 1
-        port = health_check_node_port(service)
-        if port is not None:
-            health_checks[key] = port
+        for port_key, use in found.node_ports.items():
+            ports.offer(port_key, Claim(key, service.created, use), None)
+        shares.append((service, found))
+    rejections += ports.rejections()
+    holders = {port_key: claim.service for port_key, (claim, _) in ports.held.items()}
+    claims: Claims[VirtualServerKey, ServiceState] = Claims()
+    health_checks: dict[ObjectKey, int] = {}
+    health_check_ports: dict[IPFamily, set[int]] = {family: set() for family in IPFamily}
+    for service, found in shares:
+        for vs_key, wanted in found.servers.items():
+            if holds_node_port(vs_key, wanted.kind, service.key, holders):
+                claims.offer(vs_key, Claim(service.key, service.created, wanted.kind), found)
+        port = found.health_check
+        if port is not None and holders[NodePortKey(TransportProtocol.TCP, port)] == service.key:
+            health_checks[service.key] = port
             for family in health_check_families(found, node):
                 health_check_ports[family].add(port)
     rejections += claims.rejections()
     merged = _Merged()
     for vs_key, (_, found) in claims.held.items():
-        merged.take(vs_key, found, node)
+        merged.take(vs_key, found)
     ipsets = build_ipsets(
         merged.servers,
         local_external=frozenset(merged.local_external),

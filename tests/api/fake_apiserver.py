@@ -9,11 +9,17 @@ It keeps the parts of the API's list/watch contract that a proxy relies on:
 * watches (``?watch=true&resourceVersion=N&allowWatchBookmarks=true``) streaming
   ADDED/MODIFIED/DELETED/BOOKMARK events as newline-delimited JSON over chunked encoding, and an
   ERROR event carrying a 410 Status when N is older than the retained history;
-* bearer-token authentication (401 Status otherwise).
+* bearer-token authentication (401 Status otherwise);
+* Events written as the kubelet writes them: ``POST /api/v1/namespaces/NS/events`` (409
+  AlreadyExists for a name taken) and strategic-merge ``PATCH .../events/NAME`` of their
+  count, message and lastTimestamp (404 when missing), kept apart from the watched kinds.
 
-Tests drive it through hooks: ``apply``/``delete`` objects, ``fail_next`` requests with a status,
+Tests drive it through hooks: ``apply``/``delete`` objects, read ``recorded_events``,
+``fail_next`` requests with a status,
 ``expire_continue_tokens``, ``compact`` the watch history, ``bookmark``, ``stall``/``resume``,
-``drop_connections`` and ``restart`` on the same port.
+``drop_connections`` and ``restart`` on the same port. Some send what a real API server never
+would, for the client's defences: ``answer_watches_with_gone``, ``send_raw`` lines on watches,
+``chunk_watch_events`` into small HTTP chunks.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -72,6 +79,7 @@ class Request:
 
     path: str
     query: Mapping[str, str]
+    method: str = "GET"
 
 
 @dataclass(slots=True)
@@ -92,6 +100,8 @@ class _State:
     # Watches from a resourceVersion below this one get 410 Gone.
     oldest_watchable: int = 0
     snapshots: dict[int, list[JsonObject]] = field(default_factory=dict)
+    # Events (the API kind) by namespace and name.
+    kube_events: dict[tuple[str, str], JsonObject] = field(default_factory=dict)
     snapshot_ids: Iterator[int] = field(default_factory=itertools.count)
     failures: list[_Failure] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
@@ -102,6 +112,12 @@ class _State:
     trickle: float = 0.0
     # Bumped to end every open watch stream abruptly.
     drops: int = 0
+    # Every watch answered with 410 Gone, whatever its resourceVersion.
+    gone_watches: bool = False
+    # (kind name, line): sent as they are on the watches of that kind open when added.
+    raw_lines: list[tuple[str, bytes]] = field(default_factory=list)
+    # Bytes per HTTP chunk of a watch event; 0 sends each event in one chunk.
+    chunk_size: int = 0
 
 
 @dataclass(slots=True)
@@ -111,6 +127,7 @@ class _Cursor:
     position: int
     bookmarks: int
     drops: int
+    raw_lines: int
 
     def has_news(self, state: _State) -> bool:
         if state.drops != self.drops:
@@ -118,9 +135,19 @@ class _Cursor:
         if state.stalled:
             return False
         # Events are kept in resourceVersion order: the newest says whether any is news.
-        return state.bookmarks != self.bookmarks or (
-            bool(state.events) and state.events[-1].resource_version > self.position
+        return (
+            state.bookmarks != self.bookmarks
+            or len(state.raw_lines) != self.raw_lines
+            or (bool(state.events) and state.events[-1].resource_version > self.position)
         )
+
+
+def _events_namespace(path: str) -> str | None:
+    """NS of ``/api/v1/namespaces/NS/events``, else None."""
+    parts = path.split("/")
+    if len(parts) == 6 and parts[:4] == ["", "api", "v1", "namespaces"] and parts[5] == "events":
+        return parts[4]
+    return None
 
 
 def status_body(code: int, reason: str, message: str) -> JsonObject:
@@ -279,8 +306,14 @@ class FakeApiServer:
         with self._state.changed:
             return list(self._state.requests)
 
+    def recorded_events(self) -> list[JsonObject]:
+        """The Events written so far, as stored, in the order they were created."""
+        with self._state.changed:
+            return copy.deepcopy(list(self._state.kube_events.values()))
+
     def apply(self, obj: Mapping[str, Any]) -> JsonObject:
-        """Create or replace an object (by kind, namespace, name); returns it as stored."""
+        """Create or replace an object (by kind, namespace, name); returns it as stored, with
+        the uid the server gave it when it was created."""
         stored: JsonObject = copy.deepcopy(dict(obj))
         kind = KINDS[stored["kind"]]
         stored["apiVersion"] = kind.api_version
@@ -289,7 +322,12 @@ class FakeApiServer:
             metadata.setdefault("namespace", "default")
         object_id = (kind.name, metadata.get("namespace", ""), metadata["name"])
         with self._state.changed:
-            event_type = "MODIFIED" if object_id in self._state.objects else "ADDED"
+            existing = self._state.objects.get(object_id)
+            event_type = "MODIFIED" if existing is not None else "ADDED"
+            # As the API server: a uid of its own, the same for the object's whole life.
+            metadata["uid"] = (
+                existing["metadata"]["uid"] if existing is not None else str(uuid.uuid4())
+            )
             return copy.deepcopy(self._record(event_type, object_id, stored))
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
@@ -327,6 +365,22 @@ class FakeApiServer:
         """Send every answer's body one byte at a time, ``interval`` seconds apart."""
         with self._state.changed:
             self._state.trickle = interval
+
+    def answer_watches_with_gone(self) -> None:
+        """Answer every watch from now on with an ERROR event carrying 410 Gone."""
+        with self._state.changed:
+            self._state.gone_watches = True
+
+    def send_raw(self, kind: str, line: bytes) -> None:
+        """Send ``line`` as it is (a newline added) on every open watch of ``kind``."""
+        with self._state.changed:
+            self._state.raw_lines.append((kind, line + b"\n"))
+            self._state.changed.notify_all()
+
+    def chunk_watch_events(self, size: int) -> None:
+        """Send each watch event from now on in HTTP chunks of ``size`` bytes."""
+        with self._state.changed:
+            self._state.chunk_size = size
 
     def resume(self) -> None:
         with self._state.changed:
@@ -395,10 +449,12 @@ class _Handler(BaseHTTPRequestHandler):
     def state(self) -> _State:
         return self.server.fake._state
 
-    def do_GET(self) -> None:
+    def _admit(self, method: str) -> Request | None:
+        """Record the request, then answer it if a failure is due or it is not authorised;
+        the request when it is the handler's to answer."""
         url = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        request = Request(url.path, query)
+        request = Request(url.path, query, method)
         if self.fake.on_request is not None:
             self.fake.on_request(request)
         with self.state.changed:
@@ -413,10 +469,82 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 code, status_body(code, _REASONS.get(code, "Unknown"), "injected"), headers
             )
-            return
+            return None
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+            return None
+        return request
+
+    def _body(self) -> JsonObject | None:
+        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(data)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._send_json(400, status_body(400, "BadRequest", "the body is not a JSON object"))
+            return None
+        return body
+
+    def do_POST(self) -> None:
+        request = self._admit("POST")
+        if request is None:
             return
+        namespace = _events_namespace(request.path)
+        body = self._body() if namespace is not None else None
+        if namespace is None or body is None:
+            if namespace is None:
+                self._send_json(405, status_body(405, "MethodNotAllowed", "not an events path"))
+            return
+        metadata = body.get("metadata") or {}
+        involved = body.get("involvedObject") or {}
+        if metadata.get("namespace", namespace) != namespace or involved.get("namespace") != (
+            namespace
+        ):
+            message = "does not match the namespace of the event"
+            self._send_json(422, status_body(422, "Invalid", message))
+            return
+        with self.state.changed:
+            name = (namespace, str(metadata.get("name", "")))
+            if name in self.state.kube_events:
+                message = f'events "{name[1]}" already exists'
+                self._send_json(409, status_body(409, "AlreadyExists", message))
+                return
+            stored = copy.deepcopy(body)
+            stored["metadata"] = {**metadata, "namespace": namespace, "uid": str(uuid.uuid4())}
+            self.state.kube_events[name] = stored
+        self._send_json(201, stored)
+
+    def do_PATCH(self) -> None:
+        request = self._admit("PATCH")
+        if request is None:
+            return
+        namespace, _, name = request.path.rpartition("/")
+        if _events_namespace(namespace) is None:
+            self._send_json(405, status_body(405, "MethodNotAllowed", "not an event's path"))
+            return
+        if self.headers.get("Content-Type") != "application/strategic-merge-patch+json":
+            self._send_json(415, status_body(415, "UnsupportedMediaType", "not a patch"))
+            return
+        patch = self._body()
+        if patch is None:
+            return
+        with self.state.changed:
+            stored = self.state.kube_events.get((_events_namespace(namespace) or "", name))
+            if stored is not None:
+                stored.update(copy.deepcopy(patch))
+                answer = copy.deepcopy(stored)
+        if stored is None:
+            self._send_json(404, status_body(404, "NotFound", f'events "{name}" not found'))
+        else:
+            self._send_json(200, answer)
+
+    def do_GET(self) -> None:
+        request = self._admit("GET")
+        if request is None:
+            return
+        url = urlsplit(self.path)
+        query = request.query
         kind = _BY_PATH.get(url.path)
         selected = (
             _Query(kind, query.get("labelSelector", ""), query.get("fieldSelector", ""))
@@ -523,7 +651,10 @@ class _Handler(BaseHTTPRequestHandler):
             for event in self._events(
                 selected, query.get("resourceVersion", ""), bookmarks, timeout
             ):
-                self._send_chunk(json.dumps(event).encode() + b"\n")
+                line = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
+                size = self.state.chunk_size or len(line)
+                for start in range(0, len(line), size):
+                    self._send_chunk(line[start : start + size])
             self._send_chunk(b"")
         except OSError:
             self.close_connection = True
@@ -534,11 +665,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(
         self, selected: _Query, since: str, bookmarks: bool, timeout: float
-    ) -> Iterator[JsonObject]:
-        """Events after ``since`` until the timeout, a drop (which raises) or a 410."""
+    ) -> Iterator[JsonObject | bytes]:
+        """Events after ``since`` (and raw lines) until the timeout, a drop (which raises) or a
+        410."""
         state = self.state
         with state.changed:
-            cursor = _Cursor(0, state.bookmarks, state.drops)
+            cursor = _Cursor(0, state.bookmarks, state.drops, len(state.raw_lines))
+            if state.gone_watches:
+                message = f"too old resource version: {since} (answering every watch so)"
+                yield {"type": "ERROR", "object": status_body(410, "Expired", message)}
+                return
             if since in ("", "0"):
                 cursor.position = state.resource_version
                 initial = [copy.deepcopy(o) for o in state.objects.values() if selected.selects(o)]
@@ -571,6 +707,12 @@ class _Handler(BaseHTTPRequestHandler):
                         state.events, cursor.position, key=lambda e: e.resource_version
                     )
                     pending = state.events[first:]
+                    raw = [
+                        line
+                        for kind, line in state.raw_lines[cursor.raw_lines :]
+                        if kind == selected.kind.name
+                    ]
+                    cursor.raw_lines = len(state.raw_lines)
                     bookmark_due = state.bookmarks != cursor.bookmarks
                     cursor.bookmarks = state.bookmarks
                     current = state.resource_version
@@ -578,6 +720,7 @@ class _Handler(BaseHTTPRequestHandler):
                     cursor.position = event.resource_version
                     if selected.selects(event.object):
                         yield {"type": event.type, "object": copy.deepcopy(event.object)}
+                yield from raw
                 if bookmarks and bookmark_due:
                     cursor.position = max(cursor.position, current)
                     marker = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,13 +12,16 @@ from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiError, Timeouts, connect
 from tests.api.conftest import FAST_RETRY
 from tests.api.fake_apiserver import FakeApiServer
+from tests.api.kube import Kube
+from tests.controlplane.cluster import free_port
 
 
-def read_node_count(fake: FakeApiServer, **kwargs: object) -> int:
-    """Services read through a connection made with ``kwargs``; proves the server was reached."""
-    fake.apply({"kind": "Service", "metadata": {"name": "s"}, "spec": {"clusterIP": "10.0.0.1"}})
+def services_read(kube: Kube, **kwargs: object) -> int:
+    """This test's Services read through a connection made with ``kwargs``."""
+    kube.add({"kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     with connect(**kwargs) as api:  # type: ignore[arg-type]
-        return len(read_cluster(api, "node-a").snapshot.services)
+        services = read_cluster(api, "node-a").snapshot.services
+        return sum(1 for key in services if key.namespace == kube.namespace)
 
 
 def one_line_error(**kwargs: object) -> str:
@@ -32,31 +37,53 @@ def one_line_error(**kwargs: object) -> str:
 
 @pytest.fixture
 def closed_port_url() -> str:
-    """A loopback URL where nothing listens any more."""
-    with FakeApiServer() as server:
-        url = server.url
-    return url
+    """A loopback URL where nothing listens."""
+    return f"https://127.0.0.1:{free_port()}"
 
 
-def test_kubeconfig_reaches_its_server(fake: FakeApiServer, kubeconfig: Path) -> None:
-    assert read_node_count(fake, kubeconfig=kubeconfig) == 1
+def test_kubeconfig_reaches_its_server(kube: Kube) -> None:
+    assert services_read(kube, kubeconfig=kube.kubeconfig) == 1
 
 
 def test_master_overrides_the_kubeconfig_server(
-    fake: FakeApiServer, tmp_path: Path, closed_port_url: str
+    kube: Kube, tmp_path: Path, closed_port_url: str
 ) -> None:
-    # The kubeconfig's token, the master's address: as kube-proxy combines them.
-    stale = fake.write_kubeconfig(tmp_path / "stale")
-    stale.write_text(stale.read_text().replace(fake.url, closed_port_url))
-    assert read_node_count(fake, kubeconfig=stale, master=fake.url + "/") == 1
+    # The kubeconfig's token and CA, the master's address: as kube-proxy combines them.
+    server = kube.control_plane.server
+    stale = tmp_path / "stale"
+    stale.write_text(kube.kubeconfig.read_text().replace(server, closed_port_url))
+    assert services_read(kube, kubeconfig=stale, master=server + "/") == 1
 
 
 def test_neither_flag_falls_back_to_the_default_kubeconfig(
-    fake: FakeApiServer, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+    kube: Kube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    assert read_node_count(fake) == 1
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    assert services_read(kube) == 1
+
+
+def test_a_certificate_the_kubeconfig_does_not_trust_is_one_line(
+    kube: Kube, tmp_path: Path
+) -> None:
+    key, other_ca = tmp_path / "ca.key", tmp_path / "ca.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=someone-else", "-keyout", str(key), "-out", str(other_ca)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = json.loads(kube.kubeconfig.read_text())
+    config["clusters"][0]["cluster"].pop("certificate-authority-data")
+    config["clusters"][0]["cluster"]["certificate-authority"] = str(other_ca)
+    untrusting = tmp_path / "kubeconfig"
+    untrusting.write_text(json.dumps(config))
+
+    message = one_line_error(kubeconfig=untrusting)
+
+    assert message == (
+        f"cannot reach the API server at {kube.control_plane.server}: "
+        "TLS certificate verify failed: self-signed certificate in certificate chain"
+    )
 
 
 def test_neither_flag_and_nothing_to_fall_back_on(
@@ -91,6 +118,7 @@ def test_server_down_is_one_line_and_fails_at_once(closed_port_url: str) -> None
 
 
 def test_a_stalled_server_times_out(fake: FakeApiServer, kubeconfig: Path) -> None:
+    """Needs the fake: a real API server cannot be made to accept a request and never answer."""
     fake.stall()
     message = one_line_error(kubeconfig=kubeconfig, timeouts=Timeouts(connect=1.0, read=0.2))
     assert message == f"cannot reach the API server at {fake.url}: timed out"

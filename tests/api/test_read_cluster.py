@@ -1,26 +1,44 @@
-"""read_cluster against the fake API server, through the real kubernetes client."""
+"""read_cluster against the real API server (and, for injected 5xx answers, the fake one),
+through the real kubernetes client."""
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 import yaml
 
-from ipvsproxy.cluster.api import proxy_label_selector, read_cluster
+from ipvsproxy.cluster.api import (
+    SERVICES,
+    Resource,
+    Selectors,
+    list_all,
+    list_pages,
+    proxy_label_selector,
+    read_cluster,
+)
 from ipvsproxy.cluster.connection import ApiConnection, ApiError, connect
 from ipvsproxy.cluster.source import load_objects, load_snapshot
-from ipvsproxy.model import ObjectKey
+from ipvsproxy.model import ClusterSnapshot, ObjectKey
 from ipvsproxy.translate import Settings, translate
 from tests.api.fake_apiserver import FakeApiServer, Request
+from tests.api.kube import Kube
+from tests.controlplane.cluster import SERVICE_CIDR, ControlPlane
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 SERVICES_PATH = "/api/v1/services"
+PROXY_LABEL = "service.kubernetes.io/service-proxy-name"
+NODE_PORTS = range(30000, 32768)
 
 
-def load_example(fake: FakeApiServer) -> list[dict[str, Any]]:
-    return [fake.apply(obj) for obj in load_objects(EXAMPLE)]
+def load_example(kube: Kube) -> list[dict[str, Any]]:
+    """The example cluster, moved into this test; the objects as the server stored them."""
+    return kube.add_all(load_objects(EXAMPLE))
 
 
 def as_manifest(objects: list[dict[str, Any]], tmp_path: Path) -> Path:
@@ -32,6 +50,7 @@ def as_manifest(objects: list[dict[str, Any]], tmp_path: Path) -> Path:
 def service(
     name: str, namespace: str = "default", cluster_ip: str = "10.96.1.1", **labels: str
 ) -> dict[str, Any]:
+    """A Service; the real server's tests write it without its cluster IP (``Kube.add``)."""
     return {
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -53,110 +72,227 @@ def endpoint_slice(service_name: str, **labels: str) -> dict[str, Any]:
     }
 
 
-def service_lists(fake: FakeApiServer) -> list[Request]:
-    return [r for r in fake.requests if r.path == SERVICES_PATH]
+def in_namespace(snapshot: ClusterSnapshot, namespace: str) -> ClusterSnapshot:
+    """The part of a snapshot one test wrote (the server also holds the ``kubernetes``
+    Service, and whatever other tests write meanwhile)."""
+    return dataclasses.replace(
+        snapshot,
+        services=MappingProxyType(
+            {k: v for k, v in snapshot.services.items() if k.namespace == namespace}
+        ),
+        endpoint_slices=MappingProxyType(
+            {k: v for k, v in snapshot.endpoint_slices.items() if k.namespace == namespace}
+        ),
+    )
+
+
+def names(keys: Any, namespace: str) -> list[str]:
+    return sorted(key.name for key in keys if key.namespace == namespace)
+
+
+def observed(resource: Resource, on_call: Callable[[dict[str, Any]], None]) -> Resource:
+    """``resource`` whose list calls are shown to ``on_call`` (their parameters) first."""
+
+    def list_call(client: Any) -> Callable[..., Any]:
+        call = resource.list_call(client)
+
+        def calling(**params: Any) -> Any:
+            on_call(params)
+            return call(**params)
+
+        return calling
+
+    return dataclasses.replace(resource, list_call=list_call)
+
+
+def before_each_continue(resource: Resource, action: Callable[[], None]) -> Resource:
+    """``resource`` whose list calls run ``action`` before asking for a next page (once)."""
+    done: list[bool] = []
+
+    def maybe_act(params: dict[str, Any]) -> None:
+        if params.get("_continue") and not done:
+            done.append(True)
+            action()
+
+    return observed(resource, maybe_act)
 
 
 def test_the_api_yields_what_the_file_source_yields_for_the_same_objects(
-    fake: FakeApiServer, api: ApiConnection, tmp_path: Path
+    kube: Kube, real_api: ApiConnection, tmp_path: Path
 ) -> None:
-    stored = load_example(fake)
-    from_file, file_rejections = load_snapshot(as_manifest(stored, tmp_path), "node-a")
+    stored = load_example(kube)
+    node = kube.node_name("node-a")
+    from_file, file_rejections = load_snapshot(as_manifest(stored, tmp_path), node)
 
-    read = read_cluster(api, "node-a")
+    read = read_cluster(real_api, node)
 
-    assert read.snapshot == from_file
+    assert in_namespace(read.snapshot, kube.namespace) == from_file
     assert read.rejections == file_rejections == []
-    assert len(read.snapshot.services) == 5
-    assert {key.namespace for key in read.snapshot.services} == {"kube-system", "shop", "data"}
-    assert read.services_version == read.endpoint_slices_version == str(fake.resource_version)
+    assert names(read.snapshot.services, kube.namespace) == [
+        "billing-api",
+        "db",
+        "gateway",
+        "kube-dns",
+        "web",
+    ]
+    assert read.services_version and read.endpoint_slices_version
 
 
-def test_pages_of_two_give_every_object_once(fake: FakeApiServer, api: ApiConnection) -> None:
+def test_cluster_ips_and_node_ports_are_the_api_servers_allocations(
+    kube: Kube, real_api: ApiConnection
+) -> None:
+    load_example(kube)
+
+    read = read_cluster(real_api, kube.node_name("node-a"))
+
+    services = {k.name: v for k, v in in_namespace(read.snapshot, kube.namespace).services.items()}
+    cidr = ipaddress.ip_network(SERVICE_CIDR)
+    allocated = [services[name].cluster_ips for name in ("kube-dns", "web", "gateway")]
+    assert all(len(ips) == 1 and ipaddress.ip_address(ips[0]) in cidr for ips in allocated)
+    assert len({ips[0] for ips in allocated}) == 3
+    assert services["db"].cluster_ips == ("None",)
+    assert services["billing-api"].cluster_ips == ()
+    assert services["web"].ports[0].node_port in NODE_PORTS
+    gateway = services["gateway"]
+    assert gateway.ports[0].node_port in NODE_PORTS
+    assert gateway.health_check_node_port in NODE_PORTS
+    assert [str(i.ip) for i in gateway.load_balancer_ingress] == ["203.0.113.10"]
+
+
+def test_pages_of_two_give_every_object_once(kube: Kube, real_api: ApiConnection) -> None:
     for index in range(7):
-        fake.apply(service(f"svc-{index}", namespace=f"ns-{index % 3}"))
+        kube.add(service(f"svc-{index}"))
+    selectors = Selectors(labels=proxy_label_selector())
 
-    read = read_cluster(api, "node-a", page_size=2)
+    pages = list(list_pages(real_api, SERVICES, selectors, page_size=2))
 
-    assert len(read.snapshot.services) == 7
-    pages = service_lists(fake)
-    assert len(pages) == 4
-    assert all(page.query["limit"] == "2" for page in pages)
-    assert [bool(page.query.get("continue")) for page in pages] == [False, True, True, True]
+    metadata = [item["metadata"] for page in pages for item in page.items]
+    listed = [f"{m['namespace']}/{m['name']}" for m in metadata]
+    assert len(listed) == len(set(listed))
+    assert sorted(n for n in listed if n.startswith(f"{kube.namespace}/")) == [
+        f"{kube.namespace}/svc-{index}" for index in range(7)
+    ]
+    # The kubernetes Service too: eight Services in pages of at most two.
+    assert len(pages) >= 4 and all(len(page.items) <= 2 for page in pages)
+    assert not any(page.restart for page in pages)
+    read = read_cluster(real_api, "node-a", page_size=2)
+    assert names(read.snapshot.services, kube.namespace) == [f"svc-{i}" for i in range(7)]
 
 
-@pytest.mark.usefixtures("token_expiring_after_first_page")
 def test_an_expired_continue_token_restarts_the_list_whole(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection, control_plane: ControlPlane
 ) -> None:
     for index in range(5):
-        fake.apply(service(f"svc-{index}"))
-    read = read_cluster(api, "node-a", page_size=2)
+        kube.add(service(f"svc-{index}"))
+    compacted: list[int] = []
 
-    names = sorted(key.name for key in read.snapshot.services)
-    assert names == ["svc-1", "svc-2", "svc-3", "svc-4", "svc-new"]
-    pages = service_lists(fake)
-    assert len(pages) == 3
-    assert "continue" in pages[1].query
-    assert "limit" not in pages[2].query and "continue" not in pages[2].query
-    assert read.services_version == str(fake.resource_version)
+    def cluster_moves_on_and_forgets() -> None:
+        kube.delete("Service", "svc-0")
+        kube.add(service("svc-new"))
+        compacted.append(control_plane.compact())
+
+    resource = before_each_continue(SERVICES, cluster_moves_on_and_forgets)
+    pages = list(list_pages(real_api, resource, Selectors(), page_size=2))
+
+    # The first page was read before the compaction; the next one could not be, and the
+    # list was fetched again whole: only what came after is the list.
+    assert compacted and not pages[0].restart
+    restarted = [page for page in pages if page.restart]
+    assert len(restarted) == 1 and restarted[0] is pages[-1]
+    final = [i["metadata"]["name"] for i in restarted[0].items]
+    assert sorted(n for n in final if n.startswith("svc-")) == [
+        "svc-1",
+        "svc-2",
+        "svc-3",
+        "svc-4",
+        "svc-new",
+    ]
+    assert int(restarted[0].resource_version) >= compacted[0]
 
 
 def test_the_selector_skips_headless_and_other_proxies_as_translate_does(
-    fake: FakeApiServer, api: ApiConnection, tmp_path: Path
+    kube: Kube, real_api: ApiConnection, tmp_path: Path
 ) -> None:
-    proxy_label = "service.kubernetes.io/service-proxy-name"
     objects = [
         service("plain"),
         endpoint_slice("plain"),
-        service("other-proxy", cluster_ip="10.96.1.2", **{proxy_label: "cilium"}),
-        endpoint_slice("other-proxy", **{proxy_label: "cilium"}),
-        service("empty-proxy", cluster_ip="10.96.1.3", **{proxy_label: ""}),
+        service("other-proxy", **{PROXY_LABEL: "cilium"}),
+        endpoint_slice("other-proxy", **{PROXY_LABEL: "cilium"}),
+        service("empty-proxy", **{PROXY_LABEL: ""}),
         # The EndpointSlice controller labels a headless service's slices, not the service.
         service("headless", cluster_ip="None"),
         endpoint_slice("headless", **{"service.kubernetes.io/headless": ""}),
     ]
-    stored = [fake.apply(obj) for obj in objects]
+    stored = kube.add_all(objects)
 
-    read = read_cluster(api, "node-a")
+    read = read_cluster(real_api, "node-a")
 
-    assert set(read.snapshot.services) == {
-        ObjectKey("default", "plain"),
-        ObjectKey("default", "headless"),
-    }
-    assert [key.name for key in read.snapshot.endpoint_slices] == ["plain-abcde"]
-    assert {r.query["labelSelector"] for r in service_lists(fake)} == {proxy_label_selector()}
+    assert names(read.snapshot.services, kube.namespace) == ["headless", "plain"]
+    assert names(read.snapshot.endpoint_slices, kube.namespace) == ["plain-abcde"]
     from_file, _ = load_snapshot(as_manifest(stored, tmp_path), "node-a")
-    assert translate(read.snapshot, Settings()).virtual_servers == (
+    ours = in_namespace(read.snapshot, kube.namespace)
+    assert translate(ours, Settings()).virtual_servers == (
         translate(from_file, Settings()).virtual_servers
     )
 
 
 def test_a_service_proxy_name_selects_only_its_services(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection
 ) -> None:
-    fake.apply(service("plain"))
-    fake.apply(service("mine", **{"service.kubernetes.io/service-proxy-name": "ipvsproxy"}))
+    kube.add(service("plain"))
+    kube.add(service("mine", **{PROXY_LABEL: "ipvsproxy"}))
 
-    read = read_cluster(api, "node-a", service_proxy_name="ipvsproxy")
+    read = read_cluster(real_api, "node-a", service_proxy_name="ipvsproxy")
 
-    assert set(read.snapshot.services) == {ObjectKey("default", "mine")}
+    # Not even the kubernetes Service: it carries no proxy name.
+    assert set(read.snapshot.services) == {ObjectKey(kube.namespace, "mine")}
 
 
 def test_a_missing_node_leaves_node_none_with_a_rejection(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection
 ) -> None:
-    load_example(fake)
+    load_example(kube)
+    missing = kube.node_name("node-z")
 
-    read = read_cluster(api, "node-z")
+    read = read_cluster(real_api, missing)
 
     assert read.snapshot.node is None
-    assert len(read.snapshot.services) == 5
-    assert [r.object for r in read.rejections] == ["Node node-z"]
+    assert len(in_namespace(read.snapshot, kube.namespace).services) == 5
+    assert [r.object for r in read.rejections] == [f"Node {missing}"]
+
+
+def test_the_own_node_is_read_with_its_addresses(kube: Kube, real_api: ApiConnection) -> None:
+    load_example(kube)
+
+    node = read_cluster(real_api, kube.node_name("node-a")).snapshot.node
+
+    assert node is not None and node.zone == "zone-1"
+    assert [str(address) for address in node.addresses] == ["192.168.10.11"]
+
+
+def test_unauthorized_is_one_line_and_not_retried(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    kubeconfig = control_plane.write_kubeconfig(tmp_path / "kubeconfig", token="wrong")
+    calls: list[dict[str, Any]] = []
+    with connect(kubeconfig) as api, pytest.raises(ApiError) as caught:
+        list_all(api, observed(SERVICES, calls.append), Selectors())
+
+    assert str(caught.value) == (
+        f"listing Services from the API server at {control_plane.server}: 401 Unauthorized"
+    )
+    assert caught.value.status == 401
+    assert len(calls) == 1
+
+
+def service_lists(fake: FakeApiServer) -> list[Request]:
+    return [r for r in fake.requests if r.path == SERVICES_PATH]
 
 
 def test_a_500_is_retried_and_the_list_succeeds(fake: FakeApiServer, api: ApiConnection) -> None:
-    load_example(fake)
+    """Needs the fake: a real API server answers 500 only when broken, never on demand."""
+    for obj in load_objects(EXAMPLE):
+        fake.apply(obj)
     fake.fail_next(2, 500)
 
     read = read_cluster(api, "node-a")
@@ -166,13 +302,16 @@ def test_a_500_is_retried_and_the_list_succeeds(fake: FakeApiServer, api: ApiCon
 
 
 def test_a_429_with_retry_after_is_retried(fake: FakeApiServer, api: ApiConnection) -> None:
-    load_example(fake)
+    """Needs the fake: a real API server sends 429 and Retry-After only when overloaded."""
+    for obj in load_objects(EXAMPLE):
+        fake.apply(obj)
     fake.fail_next(1, 429, retry_after=0)
 
     assert len(read_cluster(api, "node-a").snapshot.services) == 5
 
 
 def test_retries_are_bounded(fake: FakeApiServer, api: ApiConnection) -> None:
+    """Needs the fake: a real API server answers 503 only while unready, never on demand."""
     fake.fail_next(10, 503)
 
     with pytest.raises(ApiError) as caught:
@@ -183,14 +322,3 @@ def test_retries_are_bounded(fake: FakeApiServer, api: ApiConnection) -> None:
     assert str(caught.value) == (
         f"listing Services from the API server at {fake.url}: 503 Service Unavailable: injected"
     )
-
-
-def test_unauthorized_is_one_line_and_not_retried(fake: FakeApiServer, tmp_path: Path) -> None:
-    kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", token="wrong")
-    with connect(kubeconfig) as api, pytest.raises(ApiError) as caught:
-        read_cluster(api, "node-a")
-
-    assert str(caught.value) == (
-        f"listing Services from the API server at {fake.url}: 401 Unauthorized"
-    )
-    assert len(fake.requests) == 1

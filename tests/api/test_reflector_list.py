@@ -1,4 +1,4 @@
-"""A Reflector's list against the fake API server: page by page, restarts, and relists that
+"""A Reflector's list against the real API server: page by page, restarts, and relists that
 keep the objects that did not change."""
 
 from __future__ import annotations
@@ -6,97 +6,106 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
-
 from ipvsproxy.cluster.api import SERVICES, Selectors
 from ipvsproxy.cluster.connection import ApiConnection
 from ipvsproxy.cluster.informer import ClusterInformer, Reflector
 from ipvsproxy.cluster.parse import parse_service
 from ipvsproxy.model import ObjectKey, Rejection, Service
-from tests.api.fake_apiserver import FakeApiServer, Request
-from tests.api.test_read_cluster import SERVICES_PATH, service
+from tests.api.kube import Kube
+from tests.api.test_read_cluster import before_each_continue, endpoint_slice, observed, service
+from tests.controlplane.cluster import ControlPlane
 
 
-def services(reflector: Reflector[Service]) -> dict[ObjectKey, Service]:
-    return reflector.items()[0]
+def mine(reflector: Reflector[Any], namespace: str) -> dict[ObjectKey, Any]:
+    return {k: v for k, v in reflector.items()[0].items() if k.namespace == namespace}
 
 
-def rejected(reflector: Reflector[Service]) -> list[str]:
+def rejected(reflector: Reflector[Any]) -> list[str]:
     return sorted(rejection.object for rejection in reflector.items()[1])
 
 
-def with_bad_port(obj: dict[str, Any]) -> dict[str, Any]:
-    """The service with a second port the parser drops (and reports), the first kept."""
-    ports = [*obj["spec"]["ports"], {"name": "bad", "port": 70000}]
-    return {**obj, "spec": {**obj["spec"], "ports": ports}}
+def with_endpoint(obj: dict[str, Any], address: str) -> dict[str, Any]:
+    return {**obj, "endpoints": [{"addresses": [address]}]}
 
 
 def test_each_page_is_parsed_before_the_next_is_fetched(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection
 ) -> None:
     for index in range(5):
-        fake.apply(service(f"svc-{index}"))
+        kube.add(service(f"svc-{index}"))
     parsed: list[str] = []
+    calls: list[tuple[dict[str, Any], int]] = []
 
     def recording_parse(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejection]]:
         parsed.append(obj["metadata"]["name"])
         return parse_service(obj)
 
-    parsed_when_asked: list[int] = []
-
-    def note(request: Request) -> None:
-        if request.path == SERVICES_PATH:
-            parsed_when_asked.append(len(parsed))
-
-    fake.on_request = note
-    reflector = Reflector(api, SERVICES, recording_parse, selectors=Selectors(), page_size=2)
+    resource = observed(SERVICES, lambda params: calls.append((params, len(parsed))))
+    reflector = Reflector(real_api, resource, recording_parse, selectors=Selectors(), page_size=2)
     reflector.relist()
 
-    assert parsed_when_asked == [0, 2, 4]
-    assert sorted(key.name for key in services(reflector)) == [f"svc-{i}" for i in range(5)]
-    assert reflector.resource_version == str(fake.resource_version)
+    # Five Services and the kubernetes one: three pages, each parsed before the next.
+    assert [parsed_before for _, parsed_before in calls] == [0, 2, 4]
+    assert [params.get("limit") for params, _ in calls] == [2, 2, 2]
+    assert [bool(params.get("_continue")) for params, _ in calls] == [False, True, True]
+    assert sorted(key.name for key in mine(reflector, kube.namespace)) == [
+        f"svc-{i}" for i in range(5)
+    ]
+    newest = max(int(obj["metadata"]["resourceVersion"]) for obj in kube.list_items("Service"))
+    assert int(reflector.resource_version) >= newest
 
 
-@pytest.mark.usefixtures("token_expiring_after_first_page")
 def test_a_continue_token_expiring_mid_list_leaves_only_the_restarted_list(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection, control_plane: ControlPlane
 ) -> None:
-    # svc-0 is on the first page, with a problem reported for it.
-    fake.apply(with_bad_port(service("svc-0")))
-    for index in range(1, 5):
-        fake.apply(service(f"svc-{index}"))
-    reflector = ClusterInformer(api, "node-a", page_size=2).services
+    # svc-0 is on the first page, after default/kubernetes.
+    for index in range(5):
+        kube.add(service(f"svc-{index}"))
+
+    def cluster_moves_on_and_forgets() -> None:
+        kube.delete("Service", "svc-0")
+        kube.add(service("svc-new"))
+        control_plane.compact()
+
+    reflector = ClusterInformer(real_api, "node-a", page_size=2).services
+    reflector.resource = before_each_continue(reflector.resource, cluster_moves_on_and_forgets)
     reflector.relist()
 
-    names = sorted(key.name for key in services(reflector))
+    names = sorted(key.name for key in mine(reflector, kube.namespace))
     assert names == ["svc-1", "svc-2", "svc-3", "svc-4", "svc-new"]
-    assert rejected(reflector) == []
-    assert reflector.resource_version == str(fake.resource_version)
+    assert ObjectKey("default", "kubernetes") in reflector.items()[0]
 
 
 def test_a_relist_keeps_the_parsed_objects_that_did_not_change(
-    fake: FakeApiServer, api: ApiConnection
+    kube: Kube, real_api: ApiConnection
 ) -> None:
-    fake.apply(with_bad_port(service("flawed")))
+    # The API server takes a broadcast endpoint address; the parser drops it, with a reason.
+    kube.add(with_endpoint(endpoint_slice("flawed"), "255.255.255.255"))
     for name in ("same", "changed", "deleted"):
-        fake.apply(service(name))
-    reflector = ClusterInformer(api, "node-a", page_size=2).services
+        kube.add(endpoint_slice(name))
+    reflector = ClusterInformer(real_api, "node-a", page_size=2).endpoint_slices
     reflector.relist()
-    before = services(reflector)
-    assert rejected(reflector) == ["Service default/flawed"]
+    before = mine(reflector, kube.namespace)
+    flawed = f"EndpointSlice {kube.namespace}/flawed-abcde"
+    assert rejected(reflector) == [flawed]
 
-    fake.apply(service("changed", cluster_ip="10.96.1.2"))
-    fake.delete("Service", "default", "deleted")
-    fake.apply(service("added"))
+    kube.add(with_endpoint(endpoint_slice("changed"), "10.244.0.10"))
+    kube.delete("EndpointSlice", "deleted-abcde")
+    kube.add(endpoint_slice("added"))
     reflector.relist()
-    after = services(reflector)
+    after = mine(reflector, kube.namespace)
 
     def key(name: str) -> ObjectKey:
-        return ObjectKey("default", name)
+        return ObjectKey(kube.namespace, f"{name}-abcde")
 
-    assert sorted(k.name for k in after) == ["added", "changed", "flawed", "same"]
+    assert sorted(k.name for k in after) == [
+        "added-abcde",
+        "changed-abcde",
+        "flawed-abcde",
+        "same-abcde",
+    ]
     assert after[key("same")] is before[key("same")]
     assert after[key("flawed")] is before[key("flawed")]
-    assert rejected(reflector) == ["Service default/flawed"]
-    assert after[key("changed")].cluster_ips == ("10.96.1.2",)
+    assert rejected(reflector) == [flawed]
+    assert after[key("changed")].endpoints[0].addresses == ("10.244.0.10",)
     assert after[key("changed")].resource_version != before[key("changed")].resource_version

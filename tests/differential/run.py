@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.controlplane.build import located
-from tests.controlplane.cluster import SERVICE_CIDR, ControlPlane
+from tests.controlplane.cluster import SERVICE_CIDR
 from tests.differential import machine
 from tests.differential.cluster import Cluster
 from tests.differential.corpus import SCENARIOS
@@ -23,9 +23,11 @@ from tests.differential.plan import Work
 from tests.differential.profiles import PROFILES
 from tests.differential.results import Found, Results, found_in
 from tests.differential.scenario import Scenario, Writer
-from tests.differential.topology import FABRIC_IPV4, NODE_A, NODE_B, NODE_C, set_up_fabric
+from tests.differential.topology import NODE_A, NODE_B, NODE_C, set_up_fabric
+from tests.lab.controlplane import LabControlPlane, lab_binaries
 
-# The control plane's data: a tmpfs inside the lab (/dev/shm is not there).
+# A tmpfs inside the lab: kube-proxy runs from a copy there (a binary read across hostfs is
+# slow to start).
 WORK = Path("/run/differential")
 SERVICE_CIDRS = f"{SERVICE_CIDR},fd00:10:96::/108"
 # Scenarios written at once: the API server answers concurrent requests sooner, even on one CPU.
@@ -114,22 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--shrink-budget", type=float, default=900.0)
     args = parser.parse_args(argv)
-    binaries = located()
-    if binaries is None:
+    source = located()
+    if source is None:
         raise SystemExit("the control plane is not built: python3 -m tests.controlplane.build")
+    # Started first: it takes longest, and comes up while the rest of the boot is set up.
+    lab_control_plane = LabControlPlane(
+        apiserver_args=(f"--service-cluster-ip-range={SERVICE_CIDRS}",)
+    ).start()
+    started = time.monotonic()
     results = Results()
-    WORK.mkdir(parents=True, exist_ok=True)
+    binaries = lab_binaries(source, WORK / "bin", ("kube-proxy",))
     set_up_fabric()
     flavour = iptables_flavour()
     log(f"iptables flavour {flavour}")
-    started = time.monotonic()
-    control_plane = ControlPlane(
-        binaries,
-        WORK / "control-plane",
-        address=FABRIC_IPV4,
-        apiserver_args=(f"--service-cluster-ip-range={SERVICE_CIDRS}",),
-    )
-    control_plane.start()
+    control_plane = lab_control_plane.ready()
     log(f"control plane up in {time.monotonic() - started:.0f} s")
     cluster = Cluster(control_plane)
     try:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 pair.stop()
     finally:
-        control_plane.stop()
+        lab_control_plane.stop()
         args.out.write_text(json.dumps(results.to_json(), indent=1))
         busy, total = cpu_seconds()
         log(f"this boot's CPU was busy {busy:.0f} s of {total:.0f} s (what one free core needs)")

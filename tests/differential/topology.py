@@ -1,7 +1,8 @@
 """The differential lab's network: a fabric, two mirrored nodes, their pods and clients.
 
-Inside one lab kernel the root namespace is the fabric (a bridge, the router between nodes,
-and the control plane's address); each node is a network namespace with the same layout:
+Inside one lab kernel the root namespace is the fabric: a bridge, the router between nodes,
+and the way to the control plane (``tests.lab.controlplane`` puts its address on a link of the
+root namespace). Each node is a network namespace with the same layout:
 
 * ``eth0``, a veth on the fabric: the node's primary addresses, the ones its Node lists;
 * ``eth1``, a dummy "second NIC" whose addresses the Node object does not list;

@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from ipvsproxy.cli import main
 from tests.lab.apiserver import LabApiServer
-from tests.lab.daemon import START_TIMEOUT, Daemon, stop_and_check
+from tests.lab.daemon import START_TIMEOUT, Daemon, cleaned_up
 from tests.lab.guard import require_lab
 from tests.lab.kernel_state import virtual_servers
 from tests.lab.netns import Client, Node, Pod
@@ -64,15 +62,8 @@ def running_daemon(
     daemon = Daemon(
         api.kubeconfig, directory / "daemon.log", "--cluster-cidr", CLUSTER_CIDRS, *flags
     )
-    try:
+    with cleaned_up(daemon):
         yield daemon.start(start_timeout)
-        stop_and_check(daemon)
-    finally:
-        if daemon.alive:
-            daemon.process.kill()
-            daemon.process.wait()
-        cleaned = CliRunner().invoke(main, ["cleanup"])
-        assert cleaned.exit_code == 0, cleaned.output
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +88,10 @@ class Pods:
     def outside(self, name: str) -> Pod:
         """A namespace routed through the node, with an address outside the pod network."""
         return self._serving(self.node.add_pod(name, next(self._outside)), ())
+
+    def at(self, name: str, address: str, *ports: int) -> Pod:
+        """A namespace at a chosen address (another node's, say), routed through the node."""
+        return self._serving(self.node.add_pod(name, ipaddress.IPv4Address(address)), ports)
 
     def _serving(self, pod: Pod, ports: tuple[int, ...]) -> Pod:
         self.made.append(pod)

@@ -18,40 +18,10 @@ from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import IPFamily
 from tests.kernel.conftest import MODULE_LOADER
+from tests.lab.modules import delete_virtual_servers, loaded, unload
 from tests.lab.netns import sh
 
 SERVICE_IP = "10.96.66.1"
-
-
-def _loaded(module: str) -> bool:
-    return Path("/sys/module", module).exists()
-
-
-def _delete_virtual_servers(scheduler: str | None = None) -> None:
-    """Delete the virtual servers (those with ``scheduler``, or all) that hold IPVS modules."""
-    for line in sh("ipvsadm", "-Sn").splitlines():
-        words = line.split()
-        if words[:1] == ["-A"] and (scheduler is None or words[words.index("-s") + 1] == scheduler):
-            sh("ipvsadm", "-D", *words[1:3])
-
-
-def _users(module: str) -> list[str]:
-    """The modules that use ``module``, from /proc/modules ("name size count users state")."""
-    for line in Path("/proc/modules").read_text().splitlines():
-        name, _size, _count, users, *_ = line.split()
-        if name == module:
-            return [user for user in users.split(",") if user and user != "-"]
-    return []
-
-
-def _unload(module: str) -> None:
-    """Unload ``module`` after the modules that hold it (xt_ipvs holds ip_vs, say)."""
-    if not _loaded(module):
-        return
-    for holder in _users(module):
-        _unload(holder)
-    sh("rmmod", module)
-    assert not _loaded(module), f"{module} is still loaded"
 
 
 def _manifest(path: Path) -> Path:
@@ -78,13 +48,13 @@ def _sync(tmp_path: Path, scheduler: str) -> Result:
 def test_sync_loads_a_scheduler_module_that_is_not_loaded(
     module_loader: ProcSysctl, tmp_path: Path
 ) -> None:
-    _delete_virtual_servers("wlc")
-    _unload("ip_vs_wlc")
+    delete_virtual_servers("wlc")
+    unload("ip_vs_wlc")
     try:
         done = _sync(tmp_path, "wlc")
         assert done.exit_code == 0, done.output
         assert f"-A -t {SERVICE_IP}:80 -s wlc" in sh("ipvsadm", "-Sn").splitlines()
-        assert _loaded("ip_vs_wlc")
+        assert loaded("ip_vs_wlc")
         # The throwaway virtual server the scheduler was tried on is gone.
         assert "198.18.0.1" not in sh("ipvsadm", "-Sn")
     finally:
@@ -94,8 +64,8 @@ def test_sync_loads_a_scheduler_module_that_is_not_loaded(
 def test_a_scheduler_the_kernel_cannot_load_fails_in_one_line(
     module_loader: ProcSysctl, tmp_path: Path
 ) -> None:
-    _delete_virtual_servers("wlc")
-    _unload("ip_vs_wlc")
+    delete_virtual_servers("wlc")
+    unload("ip_vs_wlc")
     module_loader.set(MODULE_LOADER, "/bin/false")
     try:
         done = _sync(tmp_path, "wlc")
@@ -109,15 +79,15 @@ def test_a_scheduler_the_kernel_cannot_load_fails_in_one_line(
 
 
 def _unload_ipvs() -> None:
-    _delete_virtual_servers()
-    _unload("ip_vs")
+    delete_virtual_servers()
+    unload("ip_vs")
 
 
 def test_show_loads_ip_vs_when_it_is_not_loaded(module_loader: ProcSysctl) -> None:
     _unload_ipvs()
     done = _run("show", "--output", "json")
     assert done.exit_code == 0, done.output
-    assert _loaded("ip_vs")
+    assert loaded("ip_vs")
 
 
 def test_cleanup_without_ipvs_still_removes_sets_chains_and_kube_ipvs0(
@@ -131,7 +101,7 @@ def test_cleanup_without_ipvs_still_removes_sets_chains_and_kube_ipvs0(
     assert not Path("/sys/class/net/kube-ipvs0").exists()
     assert "KUBE-CLUSTER-IP" not in sh("ipset", "list", "-n").split()
     assert IptablesRestore().our_chains(IPFamily.IPV4) == {}
-    assert not _loaded("ip_vs")
+    assert not loaded("ip_vs")
     done = _run("show")
     assert done.exit_code == 2
     assert done.output.startswith("ipvsproxy: the kernel offers no IPVS")

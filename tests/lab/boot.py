@@ -83,6 +83,15 @@ NO_TESTS_COLLECTED = 5
 # default of 65,530 maps per process, and UML kills it ("ran out of memory on the host side").
 MAP_COUNT_FILE = Path("/proc/sys/vm/max_map_count")
 LAB_MAP_COUNT = 1_048_576
+# UML keeps the guest's memory in a file it makes in TMPDIR. On a disk file system the host
+# writes the pages the guest dirties back to disk and faults on them again: the lab's
+# kube-apiserver took 71 s to start with that file on /tmp against 21 s on /dev/shm (one boot
+# each, one after the other). So a tmpfs, when one has room to spare for all of the memory.
+HOST_TMPFS = Path("/dev/shm")
+MOUNTS = Path("/proc/self/mounts")
+MEMORY_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
+# The lab's host name: a Node's name, a lease's label, never the kernel's "(none)".
+HOSTNAME = "ipvsproxy-lab"
 
 
 def unavailable_reason() -> str | None:
@@ -104,6 +113,32 @@ def ensure_map_count(setting: Path = MAP_COUNT_FILE, wanted: int = LAB_MAP_COUNT
         setting.write_text(f"{wanted}\n")
     except OSError as error:
         print(f"lab: could not raise {setting} to {wanted} ({error}); big guest processes may die")
+
+
+def memory_bytes(setting: str) -> int:
+    """UML's ``mem=`` (``1G``, ``512M``, a number of bytes) in bytes."""
+    unit = MEMORY_UNITS.get(setting[-1:].upper())
+    return int(setting[:-1]) * unit if unit else int(setting)
+
+
+def _is_tmpfs(folder: Path, mounts: Path) -> bool:
+    return any(
+        fields[1:3] == [str(folder), "tmpfs"]
+        for fields in (line.split() for line in mounts.read_text().splitlines())
+    )
+
+
+def memory_folder(
+    scratch: Path, memory: str, tmpfs: Path = HOST_TMPFS, mounts: Path = MOUNTS
+) -> Path:
+    """A fresh folder for UML's memory file: on ``tmpfs`` when it is one (as ``mounts`` lists
+    them) with twice the lab's memory free (other boots and users need it too), else in
+    ``scratch``."""
+    if _is_tmpfs(tmpfs, mounts) and shutil.disk_usage(tmpfs).free >= 2 * memory_bytes(memory):
+        return Path(tempfile.mkdtemp(prefix="ipvsproxy-lab-memory-", dir=tmpfs))
+    folder = scratch / "uml"
+    folder.mkdir()
+    return folder
 
 
 def _init_script(
@@ -132,6 +167,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /dev/shm 2>/dev/null
+echo {HOSTNAME} > /proc/sys/kernel/hostname
 mkdir -p {scratch / "pytest"}
 for module in {" ".join(MODULES)}; do
     modprobe -d {modules_root} "$module" || echo "lab: modprobe $module failed"
@@ -156,6 +192,8 @@ def run_in_lab(
     and return their exit status. The console goes to ``console`` (default: our stdout)."""
     ensure_map_count()
     scratch = Path(tempfile.mkdtemp(prefix="ipvsproxy-lab-"))
+    memory = os.environ.get(MEMORY_VARIABLE) or "1G"
+    uml_temp = memory_folder(scratch, memory)
     try:
         for version_dir in UML_MODULES_ROOT.iterdir():
             link = scratch / "modroot" / "lib" / "modules" / version_dir.name
@@ -165,11 +203,10 @@ def run_in_lab(
         init = scratch / "init.sh"
         init.write_text(_init_script(scratch, command_args, status_file, lab_env or {}))
         init.chmod(0o755)
-        (scratch / "uml").mkdir()
         subprocess.run(
             [
                 "linux",
-                f"mem={os.environ.get(MEMORY_VARIABLE) or '1G'}",
+                f"mem={memory}",
                 "root=/dev/root",
                 "rootfstype=hostfs",
                 "rootflags=/",
@@ -179,7 +216,7 @@ def run_in_lab(
                 "con0=null,fd:1",
                 "con=null",
             ],
-            env={**os.environ, "TMPDIR": str(scratch / "uml")},
+            env={**os.environ, "TMPDIR": str(uml_temp)},
             stdin=subprocess.DEVNULL,
             stdout=console,
             check=False,
@@ -190,6 +227,7 @@ def run_in_lab(
         return int(status_file.read_text().strip() or 3)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(uml_temp, ignore_errors=True)
 
 
 def boot_count() -> int:

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from ipvsproxy.cli import main
 from tests.lab.netns import Client
 from tests.lab.traffic import APPLY_TIMEOUT, HttpReply, http_get, wait_until
 
@@ -200,3 +202,19 @@ def stop_and_check(daemon: Daemon) -> None:
     assert status == 0, f"the daemon exited with {status} on SIGTERM:\n{daemon.log_tail()}"
     refused = daemon.unexpected_refusals()
     assert refused == [], "\n".join(refused)
+
+
+@contextmanager
+def cleaned_up(daemon: Daemon) -> Iterator[Daemon]:
+    """``daemon`` for the block, which starts it; after a block that went well it must pass
+    ``stop_and_check``, and whatever happened it is killed if still running and ``cleanup``
+    removes what it left in the kernel."""
+    try:
+        yield daemon
+        stop_and_check(daemon)
+    finally:
+        if daemon.alive:
+            daemon.process.kill()
+            daemon.process.wait()
+        cleaned = CliRunner().invoke(main, ["cleanup"])
+        assert cleaned.exit_code == 0, cleaned.output

@@ -61,6 +61,8 @@ def _no_ipvs_here(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--healthz-bind-address", "localhost"], "--healthz-bind-address: 'localhost'"),
         (["--metrics-bind-address", "nohost:99"], "--metrics-bind-address"),
         (["--ipvs-sync-period", "soon"], "--ipvs-sync-period 'soon': not a duration"),
+        (["--ipvs-sync-period", "3000000h"], "--ipvs-sync-period '3000000h': at most 24h"),
+        (["--ipvs-tcp-timeout", "99999999999h"], "--ipvs-tcp-timeout '99999999999h': at most"),
         (["--v", "loud"], "'loud' is not a verbosity level"),
     ],
 )
@@ -71,6 +73,53 @@ def test_run_refuses_bad_flags_in_one_line_before_touching_anything(
     assert result.exit_code == 2
     assert message in result.output
     assert len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sync", "--once", "--dry-run"],
+        ["show"],
+        ["run"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("node-a\nskipped Service x/y: forged", "'node-a\\nskipped Service x/y: forged'"),
+        ("node a", "'node a'"),
+    ],
+)
+def test_a_node_name_that_is_not_one_is_refused_at_the_door_by_every_command(
+    command: list[str], name: str, shown: str
+) -> None:
+    result = CliRunner().invoke(main, [*command, "--source", EXAMPLE, "--hostname-override", name])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"ipvsproxy: --hostname-override {shown}: not a node name")
+    assert len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [["sync", "--once", "--dry-run"], ["show"], ["run"]])
+def test_a_host_name_that_is_no_node_name_stops_the_commands_that_read_the_cluster(
+    monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.setattr("socket.gethostname", lambda: "(none)")
+    result = CliRunner().invoke(main, [*command, "--source", EXAMPLE])
+    assert result.exit_code == 2
+    assert (
+        result.output == "ipvsproxy: the host name '(none)': not a node name (a DNS-1123 "
+        "subdomain: at most 253 lower-case letters, digits, '-' and '.')\n"
+    )
+
+
+def test_show_without_a_cluster_needs_no_node_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without a host name (the lab's is "(none)") still shows its kernel's table."""
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.setattr("socket.gethostname", lambda: "(none)")
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    result = CliRunner().invoke(main, ["show"])
+    assert result.output == NO_IPVS
 
 
 def test_dry_run_prints_the_example_plan_against_an_empty_table(
@@ -190,6 +239,10 @@ EXAMPLE = "examples/cluster.yaml"
         (["--ipvs-exclude-cidrs", "x"], "ipvsproxy: --ipvs-exclude-cidrs x: not a CIDR"),
         (["--config", "/nonexistent.yaml"], "ipvsproxy: --config /nonexistent.yaml: No such file"),
         (["--masquerade-all=maybe"], "'maybe' is not a valid boolean"),
+        (
+            ["--ipvs-tcp-timeout", "99999999999h"],
+            "ipvsproxy: --ipvs-tcp-timeout '99999999999h': at most 596h31m23s",
+        ),
     ],
 )
 def test_bad_proxy_flags_exit_2_in_one_line(args: list[str], message: str) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +158,8 @@ def test_json_plan_follows_the_documented_schema(monkeypatch: pytest.MonkeyPatch
         "address_conflict": 0,
         "unusable_address": 0,
         "external_ip_not_allowed": 0,
+        "node_address": 0,
+        "node_port_not_allowed": 0,
     }
 
 
@@ -173,3 +178,108 @@ def test_json_plan_lists_each_skip_with_its_category(
     services = {op.get("service") for op in plan["operations"]}
     assert {"kube-system/kube-dns:dns", "kube-system/kube-dns:dns-tcp"} <= services
     assert "kube-system/kube-dns:metrics" in services
+
+
+def test_a_plan_names_node_addresses_and_node_ports_a_source_file_tries_to_take(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A --source file has no API server allocating its node ports: the proxy settles them,
+    and no address of a Node in the file (node-b is another node) goes to a Service."""
+    (tmp_path / "cluster.yaml").write_text(Path(EXAMPLE).read_text())
+    (tmp_path / "tenant.yaml").write_text(
+        "kind: Service\nmetadata: {name: tenant, namespace: aaa}\n"
+        "spec:\n  type: NodePort\n  clusterIP: 10.96.99.98\n"
+        "  externalIPs: [192.168.10.11, 192.168.10.12]\n"
+        "  ports: [{name: ssh, port: 22, nodePort: 10250},\n"
+        "          {name: web, port: 80, nodePort: 30999}]\n"
+    )
+    plan = _plan(monkeypatch, str(tmp_path))
+    skipped = {(entry["object"], entry["category"], entry["reason"]) for entry in plan["skipped"]}
+    assert skipped == {
+        (
+            "Service aaa/tenant",
+            "node_address",
+            "externalIP 192.168.10.11 is this node's address; ignored",
+        ),
+        (
+            "Service aaa/tenant",
+            "node_address",
+            "externalIP 192.168.10.12 is Node node-b's address; ignored",
+        ),
+        (
+            "Service aaa/tenant",
+            "node_port_not_allowed",
+            "nodePort 10250 is a port this node serves itself (kubelet, health or metrics); "
+            "ignored",
+        ),
+    }
+    assert plan["skipped_by_reason"]["node_address"] == 2
+    addresses = {
+        op["virtual_server"]["address"] for op in plan["operations"] if "virtual_server" in op
+    }
+    assert "192.168.10.12" not in addresses
+    ports = {
+        op["virtual_server"]["port"]
+        for op in plan["operations"]
+        if op["op"] == "AddVirtualServer" and op["virtual_server"]["address"] == "192.168.10.11"
+    }
+    assert 30999 in ports and 22 not in ports and 10250 not in ports
+
+
+def _command_exit_2(args: list[str]) -> str:
+    """The command run as a process of its own: a FIFO that blocked it would time out."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ipvsproxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    return done.stderr.strip()
+
+
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_a_fifo_is_refused_in_one_line_without_blocking(tmp_path: Path, option: str) -> None:
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, str(fifo), *extra))
+    assert message.endswith(f"{fifo}: not a regular file but a FIFO; not read")
+
+
+@pytest.mark.parametrize("option", ["--source", "--config"])
+def test_dev_zero_is_refused_in_one_line(option: str) -> None:
+    extra = ["--source", EXAMPLE] if option == "--config" else []
+    message = _command_exit_2(_dry_run(option, "/dev/zero", *extra))
+    assert message.endswith("/dev/zero: not a regular file but a character device; not read")
+
+
+def test_a_config_file_over_one_mebibyte_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("# " + "x" * (1 << 20) + "\n")
+    output = _one_line_exit_2(_dry_run("--config", str(config), "--source", EXAMPLE))
+    assert output == (
+        f"ipvsproxy: --config {config}: {(1 << 20) + 3} bytes, over the bound of 1048576 bytes "
+        "for a config file; not read\n"
+    )
+
+
+def test_a_source_file_over_source_max_file_size_is_refused(tmp_path: Path) -> None:
+    size = Path(EXAMPLE).stat().st_size
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, "--source-max-file-size", "1Ki"))
+    assert output == (
+        f"ipvsproxy: {EXAMPLE}: {size} bytes, over the bound of 1024 bytes "
+        "(--source-max-file-size); not read\n"
+    )
+    allowed = CliRunner().invoke(
+        main, _dry_run("--source", EXAMPLE, "--source-max-file-size", str(size))
+    )
+    assert allowed.exit_code == 0, allowed.output
+
+
+@pytest.mark.parametrize("value", ["64Q", "-1", "0", "1.5Mi"])
+def test_a_bad_source_max_file_size_is_a_usage_error(value: str) -> None:
+    output = _one_line_exit_2(_dry_run("--source", EXAMPLE, f"--source-max-file-size={value}"))
+    assert output.startswith(f"ipvsproxy: --source-max-file-size {value!r}: ")

@@ -310,6 +310,26 @@ def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:
         ("--service-external-ip-range", "203.0.113.7", "--service-external-ip-range 203.0.113.7"),
         ("--api-timeout", "-5s", "--api-timeout '-5s': must be positive"),
         ("--api-timeout", "soon", "--api-timeout 'soon': not a duration"),
+        (
+            "--hostname-override",
+            "node-a\nskipped Service x/y: forged",
+            "--hostname-override 'node-a\\nskipped Service x/y: forged': not a node name",
+        ),
+        ("--hostname-override", "node_a", "--hostname-override 'node_a': not a node name"),
+        ("--hostname-override", "a" * 254, "--hostname-override 'aaaa"),
+        (
+            "--service-node-port-range",
+            "32767-30000",
+            "--service-node-port-range '32767-30000': the",
+        ),
+        ("--service-node-port-range", "0-100", "--service-node-port-range '0-100': ports are"),
+        ("--service-node-port-range", "1-65536", "--service-node-port-range '1-65536': ports are"),
+        ("--service-node-port-range", "30000-", "--service-node-port-range '30000-': not a port"),
+        ("--service-node-port-range", "-1-5", "--service-node-port-range '-1-5': not a port"),
+        ("--service-node-port-range", "1_000-2000", "--service-node-port-range '1_000-2000'"),
+        ("--service-node-port-range", "", "--service-node-port-range '': not a port range"),
+        ("--healthz-bind-address", "localhost", "--healthz-bind-address: 'localhost' is not"),
+        ("--metrics-bind-address", "1.2.3.4:99999", "--metrics-bind-address: '1.2.3.4:99999'"),
     ],
 )
 def test_bad_flags_fail_in_one_line_naming_the_flag(flag: str, value: Any, message: str) -> None:
@@ -327,6 +347,54 @@ def test_own_flags_apply_even_with_a_config_file(tmp_path: Path) -> None:
         net("2001:db8::/64"),
     )
     assert config.api_timeout == 5.0
+
+
+def test_the_node_port_range_applies_even_with_a_config_file(tmp_path: Path) -> None:
+    flags = {"--service-node-port-range": "20000-22767"}
+    assert resolve(flags, [], _file(tmp_path, "")).config.settings.node_port_range == (20000, 22767)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("30000-32767", (30000, 32767)), ("30000+767", (30000, 30767)), ("8080", (8080, 8080))],
+)
+def test_node_port_ranges_in_kube_apiservers_forms(text: str, expected: tuple[int, int]) -> None:
+    assert _from_flags(service_node_port_range=text).settings.node_port_range == expected
+
+
+def test_the_node_port_range_defaults_to_kube_apiservers() -> None:
+    assert _from_flags().settings.node_port_range == (30000, 32767)
+
+
+def test_the_nodes_own_ports_are_the_kubelets_and_the_ones_we_serve(tmp_path: Path) -> None:
+    flags = _from_flags(healthz_bind_address="0.0.0.0:12345", metrics_bind_address="[::1]:0")
+    assert flags.settings.own_ports == {10250, 12345}
+    body = "healthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 0.0.0.0:9101\n"
+    assert _from_file(tmp_path, body).settings.own_ports == {10250, 10256, 9101}
+
+
+def test_a_node_name_from_the_environment_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", " Node-B ")
+    assert _from_flags().hostname == "node-b"
+    monkeypatch.setenv("NODE_NAME", "node-b\nforged")
+    with pytest.raises(ConfigError, match=r"^\$NODE_NAME 'node-b\\nforged': not a node name"):
+        _from_flags()
+
+
+def test_a_host_name_that_is_no_node_name_is_named_for_the_commands_that_need_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "build_host")
+    assert _from_flags().hostname_problem.startswith("the host name 'build_host': not a node name")
+    monkeypatch.setattr(socket, "gethostname", lambda: "Node-A")
+    config = _from_flags()
+    assert (config.hostname, config.hostname_problem) == ("node-a", "")
+
+
+def test_a_node_name_from_the_file_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"hostnameOverride 'a b': not a node name"):
+        _from_file(tmp_path, "hostnameOverride: a b\n")
 
 
 def test_api_timeout_defaults_to_at_most_a_minute() -> None:
@@ -350,3 +418,63 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_not_go_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+# -- durations within stated bounds --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        (
+            "--ipvs-tcp-timeout",
+            "99999999999h",
+            "--ipvs-tcp-timeout '99999999999h': at most 596h31m23s (2147483 s, the kernel's",
+        ),
+        ("--ipvs-tcpfin-timeout", "596h31m24s", "--ipvs-tcpfin-timeout '596h31m24s': at most"),
+        ("--ipvs-udp-timeout", "1" + "0" * 400 + "s", "--ipvs-udp-timeout '1000"),
+        ("--ipvs-sync-period", "3000000h", "--ipvs-sync-period '3000000h': at most 24h"),
+        ("--ipvs-min-sync-period", "24h0m1s", "--ipvs-min-sync-period '24h0m1s': at most 24h"),
+        ("--api-timeout", "25h", "--api-timeout '25h': at most 24h"),
+        ("--api-timeout", "0s", "--api-timeout '0s': must be positive"),
+    ],
+)
+def test_durations_beyond_their_bounds_fail_in_one_line(
+    flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({flag: value}, [flag])
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+def test_durations_at_their_bounds_are_accepted() -> None:
+    config = _from_flags(
+        ipvs_tcp_timeout="596h31m23s",
+        ipvs_tcpfin_timeout="2147483s",
+        ipvs_udp_timeout="0s",
+        ipvs_sync_period="24h",
+        ipvs_min_sync_period="24h",
+        api_timeout="24h",
+    )
+    assert config.ipvs_timeouts == IPVSTimeouts(tcp=2147483, tcp_fin=2147483, udp=0)
+    assert config.sync_period == config.min_sync_period == config.api_timeout == 86400.0
+
+
+def test_the_minimum_sync_period_may_not_exceed_the_sync_period_as_in_kube_proxy() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _from_flags(ipvs_sync_period="10s", ipvs_min_sync_period="11s")
+    assert str(raised.value) == (
+        "--ipvs-min-sync-period '11s': longer than --ipvs-sync-period '10s', as kube-proxy refuses"
+    )
+    # A zero sync period is the default one, 30s, which a minimum of 20s is not longer than.
+    assert _from_flags(ipvs_sync_period="0s", ipvs_min_sync_period="20s").min_sync_period == 20
+
+
+def test_a_config_file_duration_beyond_its_bound_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _from_file(tmp_path, "ipvs:\n  udpTimeout: 99999999999h")
+    assert str(raised.value) == (
+        f"--config {tmp_path / 'config.yaml'}: ipvs.udpTimeout '99999999999h': "
+        "at most 596h31m23s (2147483 s, the kernel's limit)"
+    )

@@ -1,28 +1,24 @@
-"""The daemon's small parts: runner, health, change tracking, logs, bind addresses, file source."""
+"""The daemon's small parts: runner, health, change tracking, logs, bind addresses."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-import yaml
 
 from ipvsproxy.cluster.informer import Backoff
 from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.config import parse_bind_address
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
-from ipvsproxy.daemon.http import parse_bind_address
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter, configure
 from ipvsproxy.daemon.nodeports import health_check_hosts
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
-from ipvsproxy.daemon.sources import RACY_WINDOW_NS, FileSource, signature_of
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Node, ObjectKey
 from ipvsproxy.translate import Settings, translate
 from ipvsproxy.translate.settings import parse_nodeport_addresses
@@ -145,6 +141,25 @@ def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
     assert body["lastUpdated"] == body["currentTime"] == "1970-01-01 00:27:41.000000000 +0000 UTC"
 
 
+def test_an_update_queued_during_a_sync_still_waits_once_that_sync_is_done() -> None:
+    """The sync read the cluster before the change came: its end does not clear it, so if the
+    syncs after it fail, the proxy turns unhealthy rather than staying 200 for ever."""
+    clock = Clock()
+    health = ProxierHealth(timeout=60.0, clock=clock)
+    health.sync_began()
+    health.updated()
+    health.sync_began()
+    clock.now += 1
+    health.queued_update()
+    health.updated()
+    clock.now += 60
+    assert health.livez().status == 503
+    # A sync that began after it programs it.
+    health.sync_began()
+    health.updated()
+    assert health.livez().status == 200
+
+
 @pytest.mark.parametrize(
     ("node", "eligible"),
     [
@@ -254,65 +269,6 @@ def test_bind_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_bind_addresses(text: str) -> None:
     with pytest.raises(ValueError):
         parse_bind_address(text)
-
-
-# -- file source -------------------------------------------------------------------------------
-
-
-def test_the_file_source_follows_the_folder_and_keeps_the_last_good_reading(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    (tmp_path / "a.yaml").write_text(yaml.safe_dump_all(cluster(2)))
-    changes = threading.Semaphore(0)
-    source = FileSource(tmp_path, NODE, on_change=changes.release, poll_interval=0.02)
-    source.start()
-    try:
-        assert source.wait_for_sync(10)
-        assert len(source.snapshot()[0].services) == 2
-        (tmp_path / "b.yaml").write_text(yaml.safe_dump_all([service(7), endpoint_slice(7)]))
-        assert changes.acquire(timeout=10) and changes.acquire(timeout=10)
-        assert len(source.snapshot()[0].services) == 3
-        (tmp_path / "b.yaml").write_text("kind: [unclosed")
-        deadline = time.monotonic() + 10
-        while "keeping the last good reading" not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "keeping the last good reading" in caplog.text
-        assert len(source.snapshot()[0].services) == 3
-    finally:
-        source.stop()
-
-
-def test_the_file_source_is_not_synced_until_it_reads_once(tmp_path: Path) -> None:
-    broken = tmp_path / "a.yaml"
-    broken.write_text("kind: [unclosed")
-    source = FileSource(broken, NODE, on_change=lambda: None, poll_interval=0.02)
-    source.start()
-    try:
-        assert not source.wait_for_sync(0.2)
-        broken.write_text(yaml.safe_dump_all(cluster(1)))
-        assert source.wait_for_sync(10)
-    finally:
-        source.stop()
-
-
-def test_a_same_size_rewrite_within_one_timestamp_tick_changes_thesignature_of(
-    tmp_path: Path,
-) -> None:
-    manifest = tmp_path / "a.json"
-    manifest.write_text('{"port": 80}')
-    stat = manifest.stat()
-    before = signature_of(tmp_path, now_ns=stat.st_mtime_ns)
-    manifest.write_text('{"port": 81}')
-    os.utime(manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert manifest.stat().st_size == stat.st_size
-    assert signature_of(tmp_path, now_ns=stat.st_mtime_ns) != before
-
-
-def test_an_old_file_is_not_read_to_tell_whether_it_changed(tmp_path: Path) -> None:
-    manifest = tmp_path / "a.json"
-    manifest.write_text('{"port": 80}')
-    later = manifest.stat().st_mtime_ns + RACY_WINDOW_NS
-    assert signature_of(tmp_path, now_ns=later)[0][4] == b""
 
 
 def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.syncer import Syncer, SyncMode
 from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.model import (
+    SCHEDULERS,
     AddRealServer,
     BindAddress,
     ChangedKeys,
@@ -29,7 +32,9 @@ from ipvsproxy.model import (
     TransportProtocol,
     UpdateRealServer,
     VirtualServerKey,
+    virtual_of,
 )
+from ipvsproxy.reconcile.quarantine import Quarantine
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
 from tests.daemon_kit import (
@@ -38,7 +43,9 @@ from tests.daemon_kit import (
     RecordingKernel,
     cluster,
     endpoint_slice,
+    node,
     service,
+    service_ip,
     with_node_interface,
 )
 from tests.unit.test_translate_incremental import Cluster, comparable, step
@@ -228,6 +235,29 @@ def test_an_address_added_to_an_interface_is_a_full_sync_with_node_ports_on_it()
     assert VirtualServerKey(TransportProtocol.TCP, second, 30080) in fake.recording.fake.dump()
 
 
+def test_a_node_taking_an_external_ip_is_a_full_sync_that_withdraws_it() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = replaced(cluster(2), service(1, externalIPs=["192.168.10.50"]))
+    syncer.sync(snapshot(objects), [])
+    assert ip_address("192.168.10.50") in fake.addresses.addresses("kube-ipvs0")
+    nothing = ChangedKeys(frozenset(), frozenset())
+    clock.now = 1.0
+
+    joined = syncer.sync(snapshot([*objects, node("node-z", "192.168.10.50")]), [], nothing)
+
+    assert joined.mode is SyncMode.FULL and joined.result.ok
+    assert ip_address("192.168.10.50") not in fake.addresses.addresses("kube-ipvs0")
+    assert "192.168.10.50" not in {str(key.address) for key in fake.recording.fake.dump()}
+    assert [r.reason for r in joined.new_rejections] == [
+        "externalIP 192.168.10.50 is Node node-z's address; ignored"
+    ]
+    # Read again with the same addresses (another field of a Node changed): nothing to redo.
+    clock.now = 2.0
+    again = syncer.sync(snapshot([*objects, node("node-z", "192.168.10.50")]), [], nothing)
+    assert again.mode is SyncMode.INCREMENTAL
+
+
 def kernel_state(fake: FakeKernel) -> tuple[object, ...]:
     return (
         fake.ipvs.dump(),
@@ -329,21 +359,66 @@ def test_a_kept_translation_that_strays_is_started_again_by_the_full_sync(
 
 
 @pytest.mark.parametrize("later", [1.0, 31.0], ids=["incremental", "full"])
-def test_an_external_ip_that_is_the_node_address_goes_with_the_service_s_last_use_of_it(
+def test_an_external_ip_that_is_the_node_address_is_refused_by_either_kind_of_sync(
     later: float,
 ) -> None:
-    """With NodePorts kept off the node's address, nothing of the desired state names it once
-    the external IP is dropped: its virtual server must still be known as ours and deleted, by
-    either kind of sync."""
+    """With NodePorts kept off the node's address, an external IP on it once gave the
+    tenant's pods the node's own ports there: refused, and nothing is written on it."""
     clock = Clock()
     fake, syncer = make(clock, Settings(nodeport_addresses=(ip_network("10.0.0.0/8"),)))
     objects = cluster(2)
-    on_node = replaced(objects, service(1, externalIPs=[NODE_IP]))
-    syncer.sync(snapshot(on_node), [])
-    assert NODE_IP in {str(key.address) for key in fake.recording.fake.dump()}
+    syncer.sync(snapshot(objects), [])
     clock.now = later
+    on_node = replaced(objects, service(1, externalIPs=[NODE_IP]))
+    changed = ChangedKeys(frozenset({ObjectKey("default", "svc-1")}), frozenset())
 
-    report = syncer.sync(snapshot(objects), [])
+    report = syncer.sync(snapshot(on_node), [], changed)
 
+    assert report.mode is (SyncMode.INCREMENTAL if later < 30 else SyncMode.FULL)
     assert report.result.ok
     assert NODE_IP not in {str(key.address) for key in fake.recording.fake.dump()}
+    assert [r.category for r in report.new_rejections] == [SkipReason.NODE_ADDRESS]
+
+
+def annotated(index: int, scheduler: str) -> dict[str, Any]:
+    obj = service(index)
+    obj["metadata"]["annotations"] = {"ipvsproxy.io/scheduler": scheduler}
+    return obj
+
+
+def test_a_service_whose_scheduler_the_kernel_cannot_load_never_makes_a_sync_full() -> None:
+    clock = Clock()
+    fake = RecordingKernel(schedulers=SCHEDULERS - {"sed"})
+    kernel = fake.kernel()
+    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
+    syncer = Syncer(
+        kernel,
+        Settings(),
+        sync_period=3600.0,
+        reconciler=Reconciler(kernel, clock=clock, quarantine=held),
+        clock=clock,
+    )
+    objects = replaced(cluster(50), annotated(7, "sed"))
+    refused = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
+
+    first = syncer.sync(snapshot(objects), [])
+
+    assert first.mode is SyncMode.FULL
+    assert len(fake.recording.fake.dump()) == 49 and refused not in fake.recording.fake.dump()
+    assert refused in held and not first.result.needs_full
+    modes = []
+    for index in range(1, 6):
+        clock.now = float(index)
+        objects = replaced(objects, endpoint_slice(index, endpoints=3))
+        report = syncer.sync(snapshot(objects), [])
+        modes.append(report.mode)
+        key = VirtualServerKey(TransportProtocol.TCP, ip_address(service_ip(index)), 80)
+        assert len(fake.recording.fake.dump()[key].real_servers) == 3
+    assert modes == [SyncMode.INCREMENTAL] * 5
+    # Its own endpoints changing keeps it waiting, and costs no full sync either.
+    clock.now = 6.0
+    report = syncer.sync(snapshot(replaced(objects, endpoint_slice(7, endpoints=3))), [])
+    assert report.mode is SyncMode.INCREMENTAL and refused in held
+    # Nothing was ever sent for it: the scheduler was tried once, on the probe address.
+    sent = [op for op in fake.take_ops() if virtual_of(op) == refused]
+    assert sent == []

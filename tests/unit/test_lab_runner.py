@@ -1,5 +1,5 @@
-"""The lab runner's own logic: shares of the tests per boot, one status from several, and the
-host's map limit."""
+"""The lab runner's own logic: shares of the tests per boot, one status from several, the
+host's map limit, and where the lab's memory lives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.boot import ensure_map_count, merged_status
+from tests.lab.boot import ensure_map_count, memory_bytes, memory_folder, merged_status
 from tests.lab.shard import parse_shard, share
 
 
@@ -46,3 +46,36 @@ def test_a_higher_map_limit_is_left_as_it_is(tmp_path: Path) -> None:
     setting.write_text("2000000\n")
     ensure_map_count(setting, 1_000_000)
     assert setting.read_text() == "2000000\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "size"),
+    [("1G", 2**30), ("3g", 3 * 2**30), ("512M", 2**29), ("65536K", 2**26), ("4096", 4096)],
+)
+def test_the_lab_memory_setting_reads_as_uml_reads_it(setting: str, size: int) -> None:
+    assert memory_bytes(setting) == size
+
+
+def test_the_lab_memory_goes_to_a_tmpfs_with_room_for_it(tmp_path: Path) -> None:
+    scratch, tmpfs, mounts = tmp_path / "scratch", tmp_path / "shm", tmp_path / "mounts"
+    scratch.mkdir()
+    tmpfs.mkdir()
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmpfs} tmpfs rw 0 0\n")
+
+    folder = memory_folder(scratch, "1K", tmpfs, mounts)
+
+    assert folder.parent == tmpfs
+    assert folder.is_dir()
+
+
+def test_the_lab_memory_stays_in_scratch_without_a_tmpfs_with_room_for_it(tmp_path: Path) -> None:
+    scratch, tmpfs, mounts = tmp_path / "scratch", tmp_path / "shm", tmp_path / "mounts"
+    scratch.mkdir()
+    tmpfs.mkdir()
+    mounts.write_text(f"/dev/vda {tmpfs} ext4 rw 0 0\n")
+    assert memory_folder(scratch, "1K", tmpfs, mounts) == scratch / "uml"
+
+    scratch = tmp_path / "scratch2"
+    scratch.mkdir()
+    mounts.write_text(f"tmpfs {tmpfs} tmpfs rw 0 0\n")
+    assert memory_folder(scratch, f"{2**40}K", tmpfs, mounts) == scratch / "uml"

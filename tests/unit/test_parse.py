@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -8,6 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import (
+    SnapshotBuilder,
+    node_parser,
     parse_endpoint_slice,
     parse_node,
     parse_service,
@@ -190,6 +193,63 @@ def test_snapshot_picks_own_node_and_ignores_other_kinds() -> None:
     assert snapshot.node is not None
     assert snapshot.node.name == "b"
     assert list(snapshot.services) == [ObjectKey("ns", "s")]
+
+
+def big_node(name: str, *addresses: str) -> dict[str, Any]:
+    """A Node as kubelets write them, with what a proxy never needs of another node."""
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": "z"}},
+        "spec": {"podCIDRs": ["10.244.9.0/24"], "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {
+            "addresses": [
+                *({"type": "InternalIP", "address": a} for a in addresses),
+                {"type": "Hostname", "address": name},
+            ],
+            "images": [{"names": [f"registry/image-{n}:v1"], "sizeBytes": n} for n in range(50)],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_of_other_nodes_only_the_name_and_addresses_are_kept() -> None:
+    parse = node_parser("node-a")
+    own, _ = parse(big_node("node-a", "192.168.0.1"))
+    other, problems = parse(big_node("node-b", "192.168.0.2", "fd00::2"))
+    assert own is not None and own.zone == "z" and own.taints == ("k",)
+    assert other is not None and problems == []
+    assert (other.name, other.addresses) == ("node-b", ("192.168.0.2", "fd00::2"))
+    assert (other.labels, other.pod_cidrs, other.taints) == ({}, (), ())
+
+
+def test_the_snapshot_knows_every_nodes_addresses_by_address() -> None:
+    snapshot, rejections = snapshot_from_objects(
+        [
+            big_node("node-b", "192.168.0.2", "192.168.0.9"),
+            big_node("node-a", "192.168.0.1"),
+            # Two nodes with one address: the first by name is named.
+            big_node("node-c", "192.168.0.9", "bogus"),
+        ],
+        "node-a",
+    )
+    address = ipaddress.ip_address
+    assert snapshot.nodes_by_address == {
+        address("192.168.0.1"): "node-a",
+        address("192.168.0.2"): "node-b",
+        address("192.168.0.9"): "node-b",
+    }
+    assert [(r.object, r.reason) for r in rejections] == [
+        ("Node node-c", "status.addresses[1] 'bogus' is not an IP address; ignored")
+    ]
+
+
+def test_a_node_list_that_starts_again_forgets_the_nodes_read_before() -> None:
+    builder = SnapshotBuilder("node-a")
+    builder.add(big_node("node-gone", "192.168.0.7"))
+    builder.forget_nodes()
+    builder.add(big_node("node-a", "192.168.0.1"))
+    snapshot, _ = builder.build()
+    assert list(snapshot.nodes_by_address.values()) == ["node-a"]
 
 
 json_values = st.recursive(

@@ -143,3 +143,20 @@ def test_hostile_files_are_one_line_source_errors(
     with pytest.raises(SourceError) as caught:
         load_snapshot(path, None)
     assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_a_scalar_beside_an_object_with_duplicate_keys_is_named_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # Reported duplicates were looked for inside every object, a bare number included.
+    path = tmp_path / "a.json"
+    path.write_text(
+        '[1, {"kind": "Service", "metadata": {"name": "one", "namespace": "x"}, '
+        '"spec": {"clusterIP": "10.0.0.1"}, "spec": {"clusterIP": "10.0.0.2"}}]'
+    )
+    snapshot, rejections = load_snapshot(path, None)
+    assert snapshot.services[ObjectKey("x", "one")].cluster_ips == ("10.0.0.2",)
+    assert [(r.object, r.reason) for r in rejections][:2] == [
+        (f"{path}: object (unnamed)", "not an object"),
+        (f"{path}: Service x/one", "duplicate mapping keys 'spec': the last of each is used"),
+    ]

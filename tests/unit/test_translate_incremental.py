@@ -18,7 +18,7 @@ from ipvsproxy.model import (
     Service,
     SkipReason,
 )
-from ipvsproxy.translate import Settings, translate
+from ipvsproxy.translate import ServiceCache, Settings, translate
 from ipvsproxy.translate.incremental import IncrementalTranslation
 from tests.unit.test_translate_properties import endpoint_slice, service
 from tests.unit.test_translate_rules import NODE, eps, svc, vs
@@ -55,6 +55,12 @@ realistic_service = st.builds(
                 {"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30001},
                 {"name": "b", "port": 53, "protocol": "UDP", "nodePort": 30002},
                 {"name": "c", "port": 80, "protocol": "SCTP"},
+                # Another service's health check, a UDP port beside one, the kubelet's port,
+                # one outside the default range.
+                {"name": "d", "port": 81, "protocol": "TCP", "nodePort": 30100},
+                {"name": "e", "port": 82, "protocol": "UDP", "nodePort": 30101},
+                {"name": "f", "port": 83, "protocol": "TCP", "nodePort": 10250},
+                {"name": "g", "port": 84, "protocol": "TCP", "nodePort": 29999},
                 min_size=1,
             ),
         },
@@ -65,7 +71,7 @@ realistic_service = st.builds(
             "internalTrafficPolicy": st.sampled_from(["Local", "Cluster"]),
             "sessionAffinity": st.sampled_from(["ClientIP", "None"]),
             "loadBalancerSourceRanges": _subset("192.168.0.0/16", "10.0.0.0/8", "x"),
-            "healthCheckNodePort": st.sampled_from([30100, 30101]),
+            "healthCheckNodePort": st.sampled_from([30100, 30101, 30001, 10256, 40000]),
         },
     ),
     _subset("203.0.113.1", "203.0.113.2", "192.168.0.1"),
@@ -96,11 +102,55 @@ realistic_slice = st.builds(
         min_size=1,
     ),
 )
-deletion = st.tuples(st.sampled_from(["Service", "EndpointSlice"]), st.sampled_from("stuv123"))
-step = st.one_of(
-    realistic_service, realistic_slice, realistic_slice, deletion, service, endpoint_slice
+# Load balancers whose node ports and health checks contest a few numbers of the node.
+node_port_service = st.builds(
+    lambda name, created, cluster_ip, ports, health_check: {
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            **({"creationTimestamp": created} if created else {}),
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIPs": [cluster_ip],
+            "ports": ports,
+            "externalTrafficPolicy": "Local",
+            **({"healthCheckNodePort": health_check} if health_check else {}),
+        },
+    },
+    st.sampled_from(NAMES),
+    AGES,
+    st.sampled_from(["10.96.0.1", "10.96.0.2", "fd00::1"]),
+    _subset(
+        {"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30100},
+        {"name": "b", "port": 80, "protocol": "UDP", "nodePort": 30100},
+        {"name": "c", "port": 81, "protocol": "TCP", "nodePort": 30101},
+        min_size=1,
+    ),
+    st.sampled_from([None, 30100, 30101]),
 )
-SETTINGS = st.sampled_from([Settings(), Settings(service_proxy_name="p")])
+deletion = st.tuples(st.sampled_from(["Service", "EndpointSlice"]), st.sampled_from("stuv123"))
+# Another node's addresses, as they may change: the external and ingress IPs above among them.
+OTHER_NODE_ADDRESSES: tuple[list[str], ...] = (
+    [],
+    ["203.0.113.2"],
+    ["203.0.113.1"],
+    ["10.96.0.2", "fd00::9"],
+)
+node_change = st.tuples(st.just("Node"), st.sampled_from(range(len(OTHER_NODE_ADDRESSES))))
+step = st.one_of(
+    realistic_service,
+    realistic_slice,
+    realistic_slice,
+    node_port_service,
+    deletion,
+    service,
+    endpoint_slice,
+)
+SETTINGS = st.sampled_from(
+    [Settings(), Settings(service_proxy_name="p"), Settings(node_port_range=(1, 65535))]
+)
 
 
 def comparable(state: DesiredState) -> DesiredState:
@@ -108,18 +158,36 @@ def comparable(state: DesiredState) -> DesiredState:
     return replace(state, rejections=tuple(sorted(state.rejections, key=repr)))
 
 
+def other_node(index: int) -> dict[str, Any]:
+    addresses = OTHER_NODE_ADDRESSES[index]
+    return {
+        "kind": "Node",
+        "metadata": {"name": "node-b"},
+        "status": {"addresses": [{"type": "InternalIP", "address": a} for a in addresses]},
+    }
+
+
+def is_node_change(change: object) -> bool:
+    return isinstance(change, tuple) and change[0] == "Node"
+
+
 class Cluster:
     """A snapshot changed one object at a time, unchanged objects kept, as the informer does."""
 
     def __init__(self) -> None:
-        self.snapshot, _ = snapshot_from_objects([NODE], "node-a")
+        self.snapshot, _ = snapshot_from_objects([NODE, other_node(1)], "node-a")
         self.services: dict[ObjectKey, Service] = {}
         self.slices: dict[ObjectKey, EndpointSlice] = {}
 
     def apply(
-        self, change: dict[str, Any] | tuple[str, str]
+        self, change: dict[str, Any] | tuple[str, str] | tuple[str, int]
     ) -> tuple[ClusterSnapshot, set[ObjectKey], set[ObjectKey]]:
-        """The snapshot with the change, and the Service and EndpointSlice keys it touched."""
+        """The snapshot with the change, and the Service and EndpointSlice keys it touched
+        (none for a Node's: the whole snapshot is translated again then, as the daemon does)."""
+        if isinstance(change, tuple) and isinstance(change[1], int):
+            nodes, _ = snapshot_from_objects([NODE, other_node(change[1])], "node-a")
+            self.snapshot = replace(self.snapshot, nodes_by_address=nodes.nodes_by_address)
+            return self.snapshot, set(), set()
         if isinstance(change, tuple):
             kind, name = change
             key = ObjectKey("ns", name if kind == "Service" else f"e{name}")
@@ -145,17 +213,30 @@ class Cluster:
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=300)
-@given(st.lists(step, max_size=10), st.lists(step, min_size=1, max_size=12), SETTINGS)
+@given(
+    st.lists(step, max_size=10),
+    st.lists(step | node_change, min_size=1, max_size=12),
+    SETTINGS,
+)
 def test_every_update_equals_translating_the_whole_snapshot(
     start: list[Any], changes: list[Any], chosen: Settings
 ) -> None:
+    """Kept and whole translations share one cache, as the daemon's do; a change of Node
+    addresses rebuilds the kept one from that cache (the daemon's full sync)."""
     cluster = Cluster()
     for change in start:
         cluster.apply(change)
-    incremental = IncrementalTranslation(chosen)
+    cache = ServiceCache()
+    incremental = IncrementalTranslation(chosen, cache)
     before = incremental.rebuild(cluster.snapshot)
     assert comparable(before) == comparable(translate(cluster.snapshot, chosen))
     for change in changes:
+        if is_node_change(change):
+            cluster.apply(change)
+            assert translate(cluster.snapshot, chosen, cache) == translate(cluster.snapshot, chosen)
+            before = incremental.rebuild(cluster.snapshot)
+            assert comparable(before) == comparable(translate(cluster.snapshot, chosen))
+            continue
         done = incremental.update(*cluster.apply(change))
         after = translate(cluster.snapshot, chosen)
         assert comparable(done.desired) == comparable(after)

@@ -157,10 +157,11 @@ def test_sctp_node_port_entries_name_each_node_address() -> None:
     assert sets["KUBE-LOOP-BACK"] == {"10.1.0.1,sctp:80,10.1.0.1"}
 
 
-def test_external_ip_on_the_node_is_not_bound() -> None:
+def test_an_external_ip_on_the_node_is_neither_bound_nor_served() -> None:
     state = run([svc({"externalIPs": ["192.168.0.1"]})])
-    assert ipaddress.ip_address("192.168.0.1") not in state.bound_addresses
-    assert ipaddress.ip_address("192.168.0.1") in state.node_addresses
+    node_ip = ipaddress.ip_address("192.168.0.1")
+    assert node_ip not in state.bound_addresses | state.node_addresses
+    assert not [key for key in state.virtual_servers if key.address == node_ip]
 
 
 def test_loop_back_holds_every_endpoint_on_this_node_as_kube_proxy() -> None:

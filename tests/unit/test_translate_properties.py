@@ -145,17 +145,32 @@ def test_ipset_entries_parse_as_their_set_type_and_every_jump_has_its_chain(
             assert jump.target in ruleset.chains[jump.table]
 
 
+# Other nodes' addresses as they come and go: some are the services' addresses above.
+other_nodes = st.lists(st.sampled_from(["10.96.0.1", "fd00::1", "203.0.113.1", "2001:db8::1"]))
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(service | endpoint_slice, max_size=4), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.tuples(st.lists(service | endpoint_slice, max_size=4), other_nodes),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_a_translation_cache_changes_nothing_but_the_work(
-    steps: list[list[dict[str, Any]]],
+    steps: list[tuple[list[dict[str, Any]], list[str]]],
 ) -> None:
     """Objects that did not change stay the same objects, as the informer keeps them."""
     cache = ServiceCache()
     services: dict[ObjectKey, Service] = {}
     slices: dict[ObjectKey, EndpointSlice] = {}
-    node, _ = snapshot_from_objects([NODE], "node-a")
-    for changes in steps:
+    for changes, addresses in steps:
+        other = {
+            "kind": "Node",
+            "metadata": {"name": "node-b"},
+            "status": {"addresses": [{"type": "InternalIP", "address": a} for a in addresses]},
+        }
+        node, _ = snapshot_from_objects([NODE, other], "node-a")
         for obj in changes:
             if obj["kind"] == "Service":
                 parsed_service = parse_service(obj)[0]
