@@ -31,6 +31,8 @@ class Context:
 
     services: Mapping[str, JsonObject]
     node_port_addresses: Mapping[int, bool]
+    # Every address of kube-proxy's node and every address a Node object lists.
+    node_addresses: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,23 @@ def _only_kube_proxys(difference: Difference) -> str | None:
     return None
 
 
-def _unusable_address(difference: Difference, owners: tuple[str, ...], context: Context) -> bool:
-    """kube-proxy programs an address we refuse to bind anywhere (link-local and the like)."""
+def _addresses_only_kube_proxy_holds(difference: Difference) -> list[str] | None:
+    """The address of each thing only kube-proxy holds (a virtual server, a set member, an
+    address on kube-ipvs0), when we hold none of them; else None."""
     theirs = _only_kube_proxys(difference)
     if theirs is None or difference.section not in ("ipvs", "ipset", "kube-ipvs0"):
-        return False
+        return None
     if difference.section == "ipvs":
-        found = _ADDRESS.findall(difference.subject)
-    else:
-        found = _ADDRESS.findall(theirs.replace(" (only here)", ""))
+        return _ADDRESS.findall(difference.subject.split(" ", 1)[-1]) or None
     entries = [e for e in theirs.replace(" (only here)", "").split("; ") if e]
-    if not found or (difference.section != "ipvs" and len(found) < len(entries)):
-        return False
-    return all(_refused(address) for address in found)
+    found = [_ADDRESS.findall(entry)[:1] for entry in entries]
+    return [f[0] for f in found] if found and all(found) else None
+
+
+def _unusable_address(difference: Difference, owners: tuple[str, ...], context: Context) -> bool:
+    """kube-proxy programs an address we refuse to bind anywhere (link-local and the like)."""
+    found = _addresses_only_kube_proxy_holds(difference)
+    return found is not None and all(_refused(address) for address in found)
 
 
 def _refused(text: str) -> bool:
@@ -86,6 +92,33 @@ def _refused(text: str) -> bool:
         return unusable_reason(ipaddress.ip_address(text)) is not None
     except ValueError:
         return False
+
+
+def _user_written(context: Context, owners: tuple[str, ...]) -> set[str]:
+    """The addresses the owners' users wrote: external IPs and load-balancer ingress IPs."""
+    found: set[str] = set()
+    for owner in owners:
+        service = context.services.get(owner, {})
+        found.update(service.get("spec", {}).get("externalIPs", []))
+        ingress = service.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+        found.update(i["ip"] for i in ingress if "ip" in i)
+    return {str(ipaddress.ip_address(a)) for a in found}
+
+
+# Sets whose members are never a user-written address.
+_ALLOCATED_SETS = re.compile(r"KUBE-(6-)?(CLUSTER-IP|NODE-PORT|LOOP-BACK|HEALTH-CHECK)")
+
+
+def _node_address(difference: Difference, owners: tuple[str, ...], context: Context) -> bool:
+    """kube-proxy serves (or binds) an external or load-balancer IP that is a node's own
+    address or any Node's; we refuse it (an unusable address may stand beside it)."""
+    found = _addresses_only_kube_proxy_holds(difference)
+    if found is None or _ALLOCATED_SETS.match(difference.subject):
+        return False
+    if difference.section == "ipvs" and not set(found) <= _user_written(context, owners):
+        return False
+    nodes = context.node_addresses
+    return any(a in nodes for a in found) and all(a in nodes or _refused(a) for a in found)
 
 
 def _internal_local_cluster_ip(
@@ -133,6 +166,7 @@ def _health_check_without_node_addresses(
 EXPLANATIONS: tuple[Explanation, ...] = (
     Explanation("scheduler-annotation", _annotated_scheduler),
     Explanation("unusable-addresses", _unusable_address),
+    Explanation("node-addresses", _node_address),
     Explanation("internal-local-cluster-ip", _internal_local_cluster_ip),
     Explanation("contested-virtual-servers", _contested),
     Explanation("health-check-without-node-addresses", _health_check_without_node_addresses),

@@ -9,7 +9,15 @@ from tests.differential.cluster import Cluster
 from tests.differential.known import Context, explain, node_port_families
 from tests.differential.normalise import Difference
 from tests.differential.proxies import Profile
-from tests.differential.topology import NODE_A
+from tests.differential.topology import NODE_A, NODE_B, NODE_C
+
+# kube-proxy's node's own addresses, and every address a Node object lists.
+NODE_ADDRESSES = frozenset(
+    (
+        *NODE_A.interface_addresses(),
+        *(a for n in (NODE_A, NODE_B, NODE_C) for a in (n.ipv4, n.ipv6)),
+    )
+)
 
 
 @dataclass
@@ -34,7 +42,9 @@ def found_in(profile: Profile, moment: str, difference: Difference, cluster: Clu
     text = f"{difference.subject} {difference.kube_proxy} {difference.ours}"
     owners = cluster.owners.of(text)
     context = Context(
-        cluster.owners.services, node_port_families(profile.nodeport_addresses, NODE_A)
+        cluster.owners.services,
+        node_port_families(profile.nodeport_addresses, NODE_A),
+        NODE_ADDRESSES,
     )
     return Found(profile.name, moment, difference, owners, explain(difference, owners, context))
 

@@ -20,6 +20,7 @@ from tests.differential.normalise import Difference, compare, map_addresses, nor
 from tests.differential.plan import Work, shares
 from tests.differential.profiles import PROFILES
 from tests.differential.report import merge, render
+from tests.differential.results import NODE_ADDRESSES
 from tests.differential.scenario import Writer
 from tests.differential.topology import NODE_A, NODE_B, SWAP
 
@@ -161,6 +162,10 @@ SERVICES: dict[str, dict[str, Any]] = {
         "metadata": {},
         "spec": {"type": "NodePort", "internalTrafficPolicy": "Local", "clusterIPs": ["10.96.0.7"]},
     },
+    "ns/ext": {
+        "metadata": {},
+        "spec": {"clusterIPs": ["10.96.0.9"], "externalIPs": ["10.250.0.11"]},
+    },
     "ns/local-inside": {
         "metadata": {},
         "spec": {
@@ -209,6 +214,31 @@ SCHEDULER = "scheduler-annotation"
             None,
         ),
         (
+            Difference("ipvs", "-t 10.250.0.11:8081", "-s rr real servers (none)", "(none)"),
+            ("ns/ext",),
+            "node-addresses",
+        ),
+        (
+            Difference("ipvs", "-t 10.250.0.11:30080", "-s rr real servers (none)", "(none)"),
+            ("ns/local",),
+            None,
+        ),
+        (
+            Difference("kube-ipvs0", "addresses", "10.250.0.12/32 (only here)", NONE),
+            (),
+            "node-addresses",
+        ),
+        (
+            Difference("ipset", "KUBE-EXTERNAL-IP members", "10.250.0.12,tcp:8081", NONE),
+            (),
+            "node-addresses",
+        ),
+        (
+            Difference("ipset", "KUBE-NODE-PORT-SCTP-HASH members", "10.250.0.11,sctp:30001", NONE),
+            (),
+            None,
+        ),
+        (
             Difference("ipvs", "-t 203.0.113.25:80 real servers", "a (only here)", "b"),
             ("ns/first", "ns/second"),
             "contested-virtual-servers",
@@ -223,7 +253,8 @@ SCHEDULER = "scheduler-annotation"
 def test_each_explanation_matches_its_case_and_not_a_near_miss(
     difference: Difference, owners: tuple[str, ...], expected: str | None
 ) -> None:
-    assert explain(difference, owners, Context(SERVICES, {4: True, 6: True})) == expected
+    context = Context(SERVICES, {4: True, 6: True}, NODE_ADDRESSES)
+    assert explain(difference, owners, context) == expected
 
 
 def test_a_health_check_port_only_kube_proxy_opens_is_explained_where_no_address_serves_it() -> (
