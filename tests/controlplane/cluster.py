@@ -360,10 +360,17 @@ class ControlPlane:
         reused = connection.sock is not None
         try:
             return _send(connection, method, path, data, headers)
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+        except (
+            http.client.RemoteDisconnected,
+            BrokenPipeError,
+            ConnectionResetError,
+            ssl.SSLEOFError,
+        ):
             if not reused:
                 raise
-        # The server had closed the idle kept-alive connection: once more, on a new one.
+        # The server had closed the idle kept-alive connection (over TLS, that may show as an
+        # EOF in the TLS layer: seen in the lab between two random batches): once more, on a
+        # new one.
         return _send(self._connection(), method, path, data, headers)
 
     def request(
