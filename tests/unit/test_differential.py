@@ -3,16 +3,20 @@ corpus' shape and the split of the work over boots."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.differential import machine
 from tests.differential.capture import Capture
+from tests.differential.cluster import Cluster, Ref, ref
 from tests.differential.corpus import SCENARIOS
 from tests.differential.known import EXPLANATIONS, Context, explain, node_port_families
 from tests.differential.machine import Progress, changes
@@ -433,3 +437,38 @@ def test_the_random_run_stops_at_its_target_but_shrinks_a_failure_within_its_bud
     assert progress.active(), "hypothesis' replays of the failure must touch the cluster"
     progress.shrink_budget = 0.0
     assert not progress.active()
+
+
+class _ClusterInMemory:
+    """The writes of ``machine`` on a dictionary: a version moves only when content does."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Ref, tuple[str, int]] = {}
+        self.writes = 0
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        key, content = ref(obj), json.dumps(obj, sort_keys=True)
+        old_content, version = self.objects.get(key, ("", 0))
+        if content != old_content:
+            self.objects[key] = (content, version + 1)
+            self.writes += 1
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version + 1)}}
+
+    def delete(self, what: Ref) -> bool:
+        found = self.objects.pop(what, None) is not None
+        self.writes += found
+        return found
+
+
+def test_the_random_run_compares_only_after_the_cluster_changed() -> None:
+    cluster = _ClusterInMemory()
+    writes_seen: list[int] = []
+
+    def compare(moment: str) -> list[tuple[str, str | None]]:
+        writes_seen.append(cluster.writes)
+        return []
+
+    progress = Progress()
+    machine.run(cast(Cluster, cluster), compare, 40, 0.0, progress)
+    assert progress.steps >= 40
+    assert all(b > a for a, b in itertools.pairwise([0, *writes_seen])), writes_seen
