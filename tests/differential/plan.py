@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_PROFILE = "default"
-# Seconds of lab time each piece took: all default scenarios, 200 random steps, a profile.
-DEFAULT_SCENARIOS_COST = 1000.0
-RANDOM_COST_PER_STEP = 4.0
+# Seconds of lab time each piece took (one boot of two on a loaded machine, whose every
+# sync of kube-proxy took 50-120 s): all default scenarios, a random step (about 20 to a
+# batch, one sync each, and a sync for each example's teardown), a profile.
+DEFAULT_SCENARIOS_COST = 1100.0
+RANDOM_COST_PER_STEP = 6.0
 PROFILE_COST = 320.0
 
 
