@@ -1,4 +1,5 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench, image on request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel, e2e and differential; bench,
+image on request."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e"]
+nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e", "differential"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
