@@ -18,6 +18,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
+# The lab kernel's memory (tests/lab/boot.py reads it).
+MEMORY_VARIABLE = "IPVSPROXY_LAB_MEM"
+E2E_LAB_MEMORY = "3G"
 
 
 def _install(session: nox.Session, *groups: str) -> None:
@@ -85,9 +88,15 @@ def kernel(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """The daemon against a fake API server, pods and real traffic, inside the lab."""
+    """The daemon against the real etcd and kube-apiserver, pods and real traffic, all inside
+    the lab; each boot starts its own control plane. The takeover scenario runs the real
+    kube-proxy there too."""
+    env = _controlplane(session)
     _install(session, "test")
-    session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs)
+    # Beside the daemon: kube-apiserver (~300 MB), etcd, the kube-controller-manager, and
+    # their binaries copied into the lab's tmpfs.
+    env[MEMORY_VARIABLE] = os.environ.get(MEMORY_VARIABLE) or E2E_LAB_MEMORY
+    session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs, env=env)
 
 
 @nox.session

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
@@ -15,7 +15,14 @@ from click.core import ParameterSource
 
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_settings, resolve
+from ipvsproxy.config import (
+    FLAGS_OVER_FILE,
+    ConfigError,
+    ProxyConfig,
+    Resolved,
+    reconciler_settings,
+    resolve,
+)
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
@@ -33,6 +40,7 @@ from ipvsproxy.reconcile.cleanup import remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import plan_sync
+from ipvsproxy.reconcile.takeover import check_takeover
 from ipvsproxy.render import (
     LIVE_KERNEL,
     Baseline,
@@ -40,6 +48,8 @@ from ipvsproxy.render import (
     sync_plan_text,
     sync_result_json,
     sync_result_text,
+    takeover_json,
+    takeover_text,
 )
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import translate
@@ -136,15 +146,17 @@ def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
     return click.pass_context(command)
 
 
-def _resolve_config(ctx: click.Context) -> ProxyConfig:
+def _resolve_config(
+    ctx: click.Context, over_file: Collection[str] = FLAGS_OVER_FILE
+) -> ProxyConfig:
     """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
-    resolved = _resolve(ctx)
+    resolved = _resolve(ctx, over_file)
     for warning in resolved.warnings:
         click.echo(f"ipvsproxy: warning: {warning}", err=True)
     return resolved.config
 
 
-def _resolve(ctx: click.Context) -> Resolved:
+def _resolve(ctx: click.Context, over_file: Collection[str] = FLAGS_OVER_FILE) -> Resolved:
     flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
     explicit = [
         flag
@@ -152,7 +164,7 @@ def _resolve(ctx: click.Context) -> Resolved:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     ]
     try:
-        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"], over_file)
     except ConfigError as error:
         _fail(str(error))
 
@@ -300,6 +312,40 @@ def _dry_run(
     else:
         click.echo(header)
         click.echo(sync_plan_text(plan, desired))
+
+
+@main.command()
+@click.option("--check", is_flag=True, help="Print the plan and the verdict; change nothing.")
+@_output_option
+@_proxy_options
+def takeover(ctx: click.Context, *, check: bool, output: str, **_: object) -> None:
+    """Tell what taking this node over from kube-proxy's IPVS mode would change.
+
+    Plans the first sync 'ipvsproxy run' would make here, against the live kernel that
+    kube-proxy programmed, and prints it as 'sync --dry-run' does, then the verdict. Give it
+    kube-proxy's own file (--config); --kubeconfig wins over the file's, so an operator's
+    kubeconfig can read the cluster. Exit 0 when no virtual server that carries traffic
+    would be deleted or re-created, 1 when one would (each listed), 2 for usage and
+    precondition errors.
+    """
+    if not check:
+        _fail("takeover needs --check (the takeover itself is 'ipvsproxy run', which adopts "
+              "what it finds)")  # fmt: skip
+    config = _resolve_config(ctx, FLAGS_OVER_FILE | {"--kubeconfig"})
+    desired = _desired_state(ctx.params["source"], config)
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        reconciler = Reconciler(_open_kernel(stack), reconciler_settings(config))
+        actual = reconciler.observe()
+        plan = reconciler.plan(desired, actual)
+    verdict = check_takeover(plan, actual.ipvs)
+    if output == "json":
+        _write(takeover_json(plan, desired, verdict))
+    else:
+        click.echo("# takeover check: ipvsproxy's first sync against this node; nothing is changed")
+        click.echo(sync_plan_text(plan, desired))
+        click.echo(takeover_text(verdict))
+    sys.exit(0 if verdict.safe else 1)
 
 
 @main.command()

@@ -336,10 +336,12 @@ def resolve(
     explicit: Collection[str],
     config_file: Path | None = None,
     master: str = "",
+    over_file: Collection[str] = FLAGS_OVER_FILE,
 ) -> Resolved:
     """Merge flags (by flag name, e.g. ``"--cluster-cidr"``) with the file as kube-proxy does.
 
-    ``explicit`` names the flags given on the command line (not defaulted).
+    ``explicit`` names the flags given on the command line (not defaulted); of those, only
+    ``over_file`` win over the file.
     """
     given = _flag_values({flag: flags.get(flag) for flag in explicit})
     from_file: dict[str, Any] = {}
@@ -348,7 +350,7 @@ def resolve(
         from_file, warnings = read_config_file(config_file)
         for path in sorted(given):
             flag = FIELDS[path][0]
-            if flag not in FLAGS_OVER_FILE:
+            if flag not in over_file:
                 del given[path]
                 warnings.append(f"{flag} is ignored because --config is given, as kube-proxy does")
     values = {**from_file, **given}

@@ -391,6 +391,10 @@ class IPSetSpec:
     set_type: str  # "hash:ip,port", "hash:ip,port,ip", "hash:ip,port,net", "bitmap:port", ...
     family: IPFamily = IPFamily.IPV4
     comment: str = ""
+    # Creation options a set read from the kernel has beyond kube-proxy's (hash types:
+    # maxelem 65536; bitmap:port: range 0-65535), as ipset(8) prints them: "maxelem 1024",
+    # "timeout 300", "counters". A set kube-proxy or ipvsproxy made has none.
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,7 +599,17 @@ class DeleteIPSetEntries:
     entries: tuple[str, ...]
 
 
-IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries
+@dataclass(frozen=True, slots=True)
+class ReplaceIPSet:
+    """The set exists with another type or options than ours: a new one holding ``content``
+    is made beside it and swapped in under its name, then the old one goes. Rules that match
+    the set never see it missing or empty (the kernel swaps only sets of the same type and
+    family; it refuses another type, and the set is then left as it is)."""
+
+    content: IPSetContent
+
+
+IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries | ReplaceIPSet
 
 
 @dataclass(frozen=True, slots=True)

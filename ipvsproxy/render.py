@@ -24,6 +24,7 @@ from ipvsproxy.model import (
     PlanOp,
     RealServer,
     RealServerRef,
+    ReplaceIPSet,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -35,6 +36,7 @@ from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.graceful import Drain
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
+from ipvsproxy.reconcile.takeover import TakeoverCheck
 
 
 def _virtual(server: VirtualServer) -> str:
@@ -141,6 +143,7 @@ def _summary_lines(plan: SyncPlan) -> list[str]:
         lines.append(f"+ {len(created)} ipsets: {_listed(created)}")
     if added or deleted:
         lines.append(f"~ ipset entries: {added} to add, {deleted} to delete")
+    lines += [f"~ {describe(op)}" for op in plan.ipsets if isinstance(op, ReplaceIPSet)]
     if plan.iptables:
         families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
         lines.append(f"~ iptables chains ({families}): restored where they differ")
@@ -217,6 +220,49 @@ def sync_plan_json(
     """A dry run's plan as JSON text in chunks: README's "JSON output" documents every field."""
     document = {"schema": SCHEMA, "dry_run": True, **baseline.fields()}
     return _ENCODER.iterencode({**document, **_plan_dict(plan, desired)})
+
+
+def takeover_text(check: TakeoverCheck) -> str:
+    """The verdict of ``takeover --check``, after the plan it judged."""
+    lines = [
+        f"takeover: {check.adopted} virtual servers adopted, {check.untouched} of them as they "
+        f"are; {check.ipvs_writes} IPVS writes",
+        *(f"takeover: {interruption}" for interruption in check.interruptions),
+    ]
+    if check.real_servers_cut:
+        lines.append(
+            f"takeover: {check.real_servers_cut} UDP or SCTP real servers with flows would go "
+            "at once, their flows forgotten (as kube-proxy does)"
+        )
+    if check.safe:
+        lines.append("takeover: safe: no virtual server carrying traffic is deleted or re-created")
+    else:
+        lines.append(
+            f"takeover: NOT safe: {len(check.interruptions)} virtual servers carrying traffic "
+            "would be deleted or re-created"
+        )
+    return "\n".join(lines)
+
+
+def takeover_json(plan: SyncPlan, desired: DesiredState, check: TakeoverCheck) -> Iterator[str]:
+    """``takeover --check``'s plan as ``sync --dry-run`` prints it, with its verdict."""
+    verdict = {
+        "safe": check.safe,
+        "adopted": check.adopted,
+        "untouched": check.untouched,
+        "ipvs_writes": check.ipvs_writes,
+        "interrupted": [
+            {
+                "virtual_server": str(interruption.key),
+                "connections": interruption.connections,
+                "recreated": interruption.recreated,
+            }
+            for interruption in check.interruptions
+        ],
+        "real_servers_cut": check.real_servers_cut,
+    }
+    document = {"schema": SCHEMA, "dry_run": True, **LIVE_KERNEL.fields()}
+    return _ENCODER.iterencode({**document, **_plan_dict(plan, desired), "takeover": verdict})
 
 
 def sync_result_text(result: SyncResult) -> str:

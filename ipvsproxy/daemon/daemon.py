@@ -276,6 +276,7 @@ class Daemon:
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+            log.debug("applied: %s", describe(op))
         refused = set(result.refused)
         for failure in result.failures:
             metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()

@@ -23,6 +23,7 @@ from ipvsproxy.model import (
     IPVSOp,
     OpError,
     PlanOp,
+    ReplaceIPSet,
     RestoreIptables,
     UpdateRealServer,
     UpdateVirtualServer,
@@ -99,6 +100,8 @@ class _Applier:
                 self._entries(op, entries, ipsets.add(name, entries))
             case DeleteIPSetEntries(name, entries):
                 self._entries(op, entries, ipsets.delete(name, entries))
+            case ReplaceIPSet(content):
+                self.call(op, lambda: ipsets.replace(content))
 
     def _entries(
         self,

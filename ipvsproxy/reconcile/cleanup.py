@@ -3,10 +3,9 @@
 Unlike kube-proxy's cleanup, which flushes the whole IPVS table, ownership is decided from the
 kernel alone, without the cluster:
 
-* a virtual server on an address of kube-ipvs0 is a service address we bound, and so is one
-  whose address, protocol and port are in our service-address ipsets (kube-ipvs0 may be gone);
-* a virtual server on another address of this node is a NodePort when its protocol and port
-  are members of our NodePort ipsets (read before those sets go);
+* the virtual servers the kernel's records say a service proxy made (``ownership``: on
+  kube-ipvs0, in a service-address ipset, or a NodePort on a node address), read before the
+  sets go;
 * our iptables chains (and the jumps to them), then our ipsets (they cannot go while a rule
   refers to them), then kube-ipvs0 itself.
 
@@ -15,7 +14,7 @@ The planner is pure; the executor applies a plan and reports one line per object
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
@@ -27,11 +26,10 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     IPAddress,
     IPFamily,
-    IPSetContent,
     IPVSTable,
-    TransportProtocol,
     VirtualServerKey,
 )
+from ipvsproxy.reconcile.ownership import IPSets, made_by_a_proxy
 from ipvsproxy.translate.ipsets import SETS, set_name
 
 # Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.
@@ -41,19 +39,7 @@ OUR_SETS = frozenset(
     set_name(base, family) for base in (*SETS, *KUBE_PROXY_ONLY_SETS) for family in IPFamily
 )
 
-# NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
-# hash:ip,port ("192.168.10.11,sctp:30080").
-_NODE_PORT_SETS: Mapping[TransportProtocol, tuple[str, ...]] = {
-    TransportProtocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
-    TransportProtocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
-    TransportProtocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
-}
-
-# Sets of "address,protocol:port" entries, one per service address's virtual server.
-_SERVICE_ADDRESS_SETS = ("KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-LOAD-BALANCER")
-
 Chains = Mapping[str, frozenset[str]]  # table -> chain names
-IPSets = Mapping[str, IPSetContent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,28 +96,13 @@ def observe(
     )
 
 
-def _ip_port(key: VirtualServerKey) -> str:
-    return f"{key.address},{key.protocol.value.lower()}:{key.port}"
-
-
-def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSets) -> bool:
-    names = (set_name(base, IPFamily.of(key.address)) for base in bases)
-    return any(entry in sets[name].entries for name in names if name in sets)
-
-
-def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
-    entry = _ip_port(key) if key.protocol is TransportProtocol.SCTP else str(key.port)
-    return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
-
-
 def plan_cleanup(observed: ObservedState) -> CleanupPlan:
-    def ours(key: VirtualServerKey) -> bool:
-        if key.address in observed.dummy_addresses:
-            return True
-        if _in_sets(_ip_port(key), _SERVICE_ADDRESS_SETS, key, observed.ipsets):
-            return True
-        return key.address in observed.node_addresses and _is_node_port(key, observed.ipsets)
-
+    ours = partial(
+        made_by_a_proxy,
+        dummy_addresses=observed.dummy_addresses,
+        node_addresses=observed.node_addresses,
+        ipsets=observed.ipsets,
+    )
     return CleanupPlan(
         virtual_servers=tuple(
             sorted((key for key in observed.ipvs if ours(key)), key=VirtualServerKey.sort_key)

@@ -27,6 +27,7 @@ from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
 from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ownership import made_by_a_proxy
 from ipvsproxy.reconcile.parameters import plan_sysctls, plan_timeouts
 from ipvsproxy.reconcile.state import KernelState
 
@@ -90,6 +91,20 @@ def plan_sync(
     """
     bind, unbind = plan_addresses(desired, actual.bound_addresses)
     owned = owned_addresses(desired, actual.bound_addresses, node_addresses_before)
+    # What kube-proxy (or an earlier us) made that the cluster no longer wants: on a node
+    # taken over, its records are the only ones that say so.
+    claimed = frozenset(
+        key
+        for key in actual.ipvs
+        if key not in desired.virtual_servers
+        and key.address not in owned
+        and made_by_a_proxy(
+            key,
+            dummy_addresses=actual.bound_addresses,
+            node_addresses=actual.local_addresses,
+            ipsets=actual.ipsets,
+        )
+    )
     return SyncPlan(
         sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp),
         interface=interface,
@@ -99,7 +114,13 @@ def plan_sync(
         iptables=desired.iptables,
         timeouts=plan_timeouts(timeouts, actual.ipvs_timeouts),
         ipvs=plan_ipvs(
-            desired, actual.ipvs, owned, drains=drains, now=now, grace_period=grace_period
+            desired,
+            actual.ipvs,
+            owned,
+            claimed=claimed,
+            drains=drains,
+            now=now,
+            grace_period=grace_period,
         ),
         unbind=unbind,
     )

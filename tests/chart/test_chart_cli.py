@@ -47,8 +47,3 @@ def test_the_proxy_containers_run_command_parses(option: str) -> None:
     """Needs the daemon's `run` flags (run-spec): fails while `run` is the stub."""
     (container,) = pod_spec(render(OPTIONS[option]))["containers"]
     _parsed(container)
-
-
-def test_the_cleanup_init_containers_command_parses() -> None:
-    (init,) = pod_spec(render({"cleanupKubeProxy": True}))["initContainers"]
-    _parsed(init)

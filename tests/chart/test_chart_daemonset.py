@@ -112,16 +112,20 @@ def test_the_config_file_is_mounted_where_the_args_name_it() -> None:
     assert file_name in configmap["data"]
 
 
-def test_cleanup_init_container_only_on_request() -> None:
-    assert "initContainers" not in pod_spec(render())
-    objects = render({"cleanupKubeProxy": True})
-    (init,) = pod_spec(objects)["initContainers"]
-    proxy = proxy_container(objects)
-    assert init["command"] == proxy["command"] == ["ipvsproxy"]
-    assert init["args"] == ["cleanup"]
-    assert init["image"] == proxy["image"]
-    assert init["securityContext"] == proxy["securityContext"]
-    assert mounts_by_path(init).keys() == {"/lib/modules", "/run/xtables.lock"}
+def test_no_init_container_ever_cleans_the_node() -> None:
+    """A pod start adopts what it finds: a cleanup at every start would cut the node's
+    connections (and it did, as cleanupKubeProxy, until the takeover path replaced it)."""
+    for values in ({}, {"migration": {"enabled": True}}):
+        assert "initContainers" not in pod_spec(render(values))
+
+
+def test_migration_runs_only_on_nodes_with_the_label_beside_the_other_selectors() -> None:
+    assert pod_spec(render())["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    migrating = {"enabled": True, "nodeLabel": "example.com/proxy", "nodeLabelValue": "ipvs"}
+
+    selector = pod_spec(render({"migration": migrating}))["nodeSelector"]
+
+    assert selector == {"kubernetes.io/os": "linux", "example.com/proxy": "ipvs"}
 
 
 def test_extra_args_and_env_follow_the_charts_own() -> None:

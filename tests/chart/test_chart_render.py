@@ -39,7 +39,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                                       "labels": {"release": "prom"}}}},
     "metricsOff": {"metrics": {"port": 0, "trafficMetrics": False}},
     "logging": {"logging": {"format": "json", "verbosity": 4}},
-    "cleanupKubeProxy": {"cleanupKubeProxy": True},
+    "migration": {"migration": {"enabled": True, "nodeLabelValue": "ipvs"}},
     "privileged": {"privileged": True},
     "maxUnavailable": {"maxUnavailable": "10%"},
     "scheduling": {"priorityClassName": "", "tolerations": [],

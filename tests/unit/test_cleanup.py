@@ -270,3 +270,21 @@ def test_unreadable_chains_are_reported_and_the_rest_still_goes() -> None:
         "could not read IPv6 iptables chains: IPv6: iptables-save not found",
     )
     assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+
+
+def test_an_external_ip_of_a_local_policy_on_the_node_is_ours_by_its_ipset_entry() -> None:
+    """A Local-policy external IP goes into KUBE-EXTERNAL-IP-LOCAL instead of KUBE-EXTERNAL-IP;
+    on the node's own address it is never bound on kube-ipvs0, so that entry is the record."""
+    key = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8443)
+    name = "KUBE-EXTERNAL-IP-LOCAL"
+    observed = ObservedState(
+        ipvs={key: _state(key), FOREIGN_ON_NODE: _state(FOREIGN_ON_NODE)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP}),
+        ipsets={
+            name: IPSetContent(IPSetSpec(name, "hash:ip,port"), frozenset({f"{NODE_IP},tcp:8443"}))
+        },
+        chains={},
+    )
+    assert plan_cleanup(observed).virtual_servers == (key,)

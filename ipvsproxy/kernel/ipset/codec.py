@@ -142,13 +142,58 @@ def decode_text(payload: bytes) -> str:
     return payload.rstrip(b"\0").decode()
 
 
+# The extensions a set may be created with (IPSET_ATTR_CADT_FLAGS), as ipset(8) names them.
+EXTENSION_FLAGS = (
+    (nfipset.IPSET_FLAG_WITH_COUNTERS, "counters"),
+    (nfipset.IPSET_FLAG_WITH_COMMENT, "comment"),
+    (nfipset.IPSET_FLAG_WITH_FORCEADD, "forceadd"),
+    (nfipset.IPSET_FLAG_WITH_SKBINFO, "skbinfo"),
+)
+
+
+def _u32(payload: bytes) -> int:
+    (value,) = struct.unpack(">I", payload[:4])
+    return int(value)
+
+
+def _u16(payload: bytes) -> int:
+    (value,) = struct.unpack(">H", payload[:2])
+    return int(value)
+
+
+def header_options(data: bytes) -> tuple[str, ...]:
+    """The creation options a listed set's header shows beyond kube-proxy's own, as ipset(8)
+    prints them. The hash size is left out: the kernel grows it as the set fills."""
+    found = dict(attributes(data))
+    options: list[str] = []
+    maxelem = found.get(ATTR["IPSET_ATTR_MAXELEM"])
+    if maxelem is not None and _u32(maxelem) != MAX_ELEMENTS:
+        options.append(f"maxelem {_u32(maxelem)}")
+    start, end = found.get(ATTR["IPSET_ATTR_PORT"]), found.get(ATTR["IPSET_ATTR_PORT_TO"])
+    if start is not None and end is not None and (_u16(start), _u16(end)) != PORT_RANGE:
+        options.append(f"range {_u16(start)}-{_u16(end)}")
+    netmask = found.get(ATTR["IPSET_ATTR_NETMASK"])
+    if netmask is not None:
+        options.append(f"netmask {netmask[0]}")
+    timeout = found.get(ATTR["IPSET_ATTR_TIMEOUT"])
+    if timeout is not None:
+        options.append(f"timeout {_u32(timeout)}")
+    flags = found.get(ATTR["IPSET_ATTR_CADT_FLAGS"])
+    if flags is not None:
+        options += [name for flag, name in EXTENSION_FLAGS if _u32(flags) & flag]
+    return tuple(options)
+
+
 def reply_spec(fields: dict[int, bytes]) -> IPSetSpec:
-    """A set's name, type and family from a reply that carries its header."""
+    """A set's name, type and family from a reply that carries its header, and its options
+    where the reply has them (a list's header does, the header command's does not)."""
     nfproto = fields[ATTR["IPSET_ATTR_FAMILY"]][0]
+    data = fields.get(ATTR["IPSET_ATTR_DATA"])
     return IPSetSpec(
         decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]]),
         decode_text(fields[ATTR["IPSET_ATTR_TYPENAME"]]),
         IPFamily.IPV6 if nfproto == NFPROTO_IPV6 else IPFamily.IPV4,
+        options=header_options(data) if data is not None else (),
     )
 
 

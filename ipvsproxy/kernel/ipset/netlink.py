@@ -30,7 +30,7 @@ from ipvsproxy.kernel.ipset.codec import (
     string,
     u8,
 )
-from ipvsproxy.kernel.ipset.entries import SET_TYPES, as_listed
+from ipvsproxy.kernel.ipset.entries import SET_TYPES, same_kind
 from ipvsproxy.kernel.ipset.refusals import (
     busy,
     checked,
@@ -124,7 +124,7 @@ class NetlinkIPSets:
         # The kernel's own check of an existing set ignores its family: compare it ourselves.
         existing = self._spec(spec.name)
         if existing is not None:
-            if as_listed(existing) != as_listed(spec):
+            if not same_kind(existing, spec):
                 raise exists_differently(spec)
             return
         family = nfproto(spec)
