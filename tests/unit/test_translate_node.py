@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.model import DesiredState, IPAddress
+from ipvsproxy.model import DesiredState, IPAddress, SkipReason
 from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 from tests.unit.test_translate_rules import NODE, NODE_IP, ep, eps, svc, vs
 
@@ -58,12 +58,14 @@ def test_without_a_kernel_reading_the_node_objects_addresses_stand_in() -> None:
     assert node_ports(run([NODE_PORT], None)) == {LISTED}
 
 
-def test_an_external_ip_on_a_second_nic_is_the_nodes_own_and_not_bound() -> None:
+def test_an_external_ip_on_a_second_nic_is_the_nodes_own_refused_and_not_bound() -> None:
+    """The Node object does not list it, yet it is this node's: the tenant rule refuses it
+    (kube-proxy serves it there: docs/kube-proxy-differences.md, node-addresses)."""
     external = svc({"externalIPs": [SECOND_NIC]}, name="x")
     state = run([external, eps([ep("10.244.0.5")], service="x")], addresses(LISTED, SECOND_NIC))
     assert ipaddress.ip_address(SECOND_NIC) not in state.bound_addresses
-    assert ipaddress.ip_address(SECOND_NIC) in state.node_addresses
-    assert vs("TCP", SECOND_NIC, 80) in state.virtual_servers
+    assert vs("TCP", SECOND_NIC, 80) not in state.virtual_servers
+    assert [r.category for r in state.rejections] == [SkipReason.NODE_ADDRESS]
 
 
 def test_nodeport_addresses_cidrs_filter_the_interface_addresses() -> None:
