@@ -1,5 +1,5 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, lowest, kernel and e2e; bench, image on
-request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, lowest, kernel, e2e and differential;
+bench, image on request."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "lowest", "kernel", "e2e"]
+nox.options.sessions = ["lint", "typecheck", "tests", "lowest", "kernel", "e2e", "differential"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
@@ -131,6 +131,19 @@ def e2e(session: nox.Session) -> None:
     # their binaries copied into the lab's tmpfs.
     env[MEMORY_VARIABLE] = os.environ.get(MEMORY_VARIABLE) or E2E_LAB_MEMORY
     session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs, env=env)
+
+
+@nox.session
+def differential(session: nox.Session) -> None:
+    """ipvsproxy and the real kube-proxy --proxy-mode=ipvs side by side on one cluster in the
+    lab: the named scenarios and random steps, every difference explained or failing.
+
+    ``nox -s differential -- --steps 2000`` (or IPVSPROXY_DIFFERENTIAL_STEPS) for a longer
+    random run; it prints ``differential: N scenarios, M steps, K differences, K explained``.
+    """
+    env = _controlplane(session)
+    _install(session, "test")
+    session.run("python", "-m", "tests.differential", *session.posargs, env=env)
 
 
 @nox.session

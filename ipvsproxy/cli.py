@@ -29,8 +29,10 @@ from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
 from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     ClusterSnapshot,
     DesiredState,
+    IPAddress,
     IptablesChainDiff,
     IPVSTable,
     ObjectKey,
@@ -41,7 +43,7 @@ from ipvsproxy.owners import Owners, OwnersAnswer, owners_of
 from ipvsproxy.plan_summary import SUMMARY_ABOVE, summarized, summary_text
 from ipvsproxy.reconcile.apply import Progress
 from ipvsproxy.reconcile.cleanup import plan_leftovers, planned_removals, remove_leftovers
-from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
 from ipvsproxy.reconcile.takeover import check_takeover
@@ -236,12 +238,21 @@ def _snapshot(
         _fail(str(error))
 
 
+def _translated(
+    read: tuple[ClusterSnapshot, list[Rejection]],
+    config: ProxyConfig,
+    local_addresses: frozenset[IPAddress] | None = None,
+) -> DesiredState:
+    """The desired state; ``local_addresses``: the node's interfaces', where the kernel was read."""
+    snapshot, rejections = read
+    desired = translate(replace(snapshot, local_addresses=local_addresses), config.settings)
+    return replace(desired, rejections=(*rejections, *desired.rejections))
+
+
 def _desired_state(
     source: Path | None, config: ProxyConfig, allow_empty: bool = True
 ) -> DesiredState:
-    snapshot, rejections = _snapshot(source, config, allow_empty)
-    desired = translate(snapshot, config.settings)
-    return replace(desired, rejections=(*rejections, *desired.rejections))
+    return _translated(_snapshot(source, config, allow_empty), config)
 
 
 _output_option = click.option(
@@ -286,15 +297,16 @@ def sync(
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    desired = _desired_state(ctx.params["source"], config, allow_empty)
+    read = _snapshot(ctx.params["source"], config, allow_empty)
     if dry_run:
-        _dry_run(desired, reconciler_settings(config), output, summary)
+        _dry_run(read, config, output, summary)
         return
     _check(require_net_admin)
     with ExitStack() as stack:
         kernel = _open_kernel(stack)
         _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
         progress = stack.enter_context(_progress_bar())
+        desired = _translated(read, config, kernel.addresses.local_addresses(DUMMY_INTERFACE))
         result = Reconciler(kernel, reconciler_settings(config)).sync(desired, progress=progress)
     if output == "json":
         _write(sync_result_json(result, desired))
@@ -350,13 +362,20 @@ def _plan_text(
 
 
 def _dry_run(
-    desired: DesiredState, settings: ReconcilerSettings, output: str, summary: bool | None
+    read: tuple[ClusterSnapshot, list[Rejection]],
+    config: ProxyConfig,
+    output: str,
+    summary: bool | None,
 ) -> None:
-    """The plan against the kernel's state when it can be read, else against an empty one."""
+    """The plan against the kernel's state when it can be read, else against an empty one
+    (and then with the Node object's addresses for the node's own)."""
+    settings = reconciler_settings(config)
     iptables_changes: tuple[IptablesChainDiff, ...] | None = None
     try:
         require_net_admin()
         with real_kernel() as kernel:
+            local = kernel.addresses.local_addresses(DUMMY_INTERFACE)
+            desired = _translated(read, config, local)
             plan = Reconciler(kernel, settings).plan(desired)
             if output == "text":
                 iptables_changes = tuple(
@@ -365,6 +384,7 @@ def _dry_run(
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
         baseline = LIVE_KERNEL
     except PreconditionError as error:
+        desired = _translated(read, config)
         plan = plan_sync(
             desired,
             EMPTY_KERNEL,
@@ -399,10 +419,12 @@ def takeover(ctx: click.Context, *, check: bool, output: str, **_: object) -> No
         _fail("takeover needs --check (the takeover itself is 'ipvsproxy run', which adopts "
               "what it finds)")  # fmt: skip
     config = _resolve_config(ctx, FLAGS_OVER_FILE | {"--kubeconfig"})
-    desired = _desired_state(ctx.params["source"], config)
+    read = _snapshot(ctx.params["source"], config, allow_empty=True)
     _check(require_net_admin)
     with ExitStack() as stack:
-        reconciler = Reconciler(_open_kernel(stack), reconciler_settings(config))
+        kernel = _open_kernel(stack)
+        desired = _translated(read, config, kernel.addresses.local_addresses(DUMMY_INTERFACE))
+        reconciler = Reconciler(kernel, reconciler_settings(config))
         actual = reconciler.observe()
         plan = reconciler.plan(desired, actual)
     verdict = check_takeover(plan, actual.ipvs)

@@ -205,7 +205,8 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Everything the proxy knows of the cluster at one instant, from the API or a file."""
+    """Everything the proxy knows of the cluster at one instant, from the API or a file, and
+    of this node's own interfaces."""
 
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
@@ -213,6 +214,10 @@ class ClusterSnapshot:
     # Every Node's addresses (this one's too), each with its Node's name: a Service may not
     # take one, or it would cut the cluster off from that node (or hand its ports to a pod).
     nodes_by_address: Mapping[IPAddress, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The addresses of the node's interfaces (kube-ipvs0's aside), as the kernel has them:
+    # kube-proxy's NodePort and "is this address the node's" decisions come from these, not
+    # from the Node object. None where the kernel was not read (a plan against no kernel).
+    local_addresses: frozenset[IPAddress] | None = None
 
 
 @dataclass(frozen=True, slots=True)

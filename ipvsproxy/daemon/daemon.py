@@ -269,6 +269,7 @@ class Daemon:
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
+        log.debug("syncing")
         self.health.sync_began()
         with self._pending_lock:
             self._pending.clear()

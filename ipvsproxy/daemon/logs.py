@@ -54,7 +54,10 @@ def configure(logging_format: str, verbosity: int) -> None:
     handler.setFormatter(JsonFormatter() if logging_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.INFO)
+    root.setLevel(logging.INFO)
+    # Debug detail is ours: pyroute2's (every netlink message it decodes) would bury it.
+    own = logging.getLogger(__name__.split(".", 1)[0])
+    own.setLevel(logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.NOTSET)
 
 
 def fatal_line(logging_format: str, message: str, error: BaseException | None = None) -> str:

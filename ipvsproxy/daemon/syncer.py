@@ -24,7 +24,13 @@ from dataclasses import dataclass, replace
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
 from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ChangedKeys, ClusterSnapshot, DesiredState, Rejection
+from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    ChangedKeys,
+    ClusterSnapshot,
+    DesiredState,
+    Rejection,
+)
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from ipvsproxy.translate import ServiceCache, Settings, translate
 from ipvsproxy.translate.incremental import IncrementalTranslation, same_translation
@@ -95,6 +101,11 @@ class Syncer:
     ) -> SyncReport:
         """``changed``: the objects that may differ from the last snapshot given, if known."""
         started = time.perf_counter()
+        # The node's own addresses, as kube-proxy reads them at every sync: a change counts as
+        # a change of the Node (cheap to read while nothing changed: see local_addresses).
+        snapshot = replace(
+            snapshot, local_addresses=self._kernel.addresses.local_addresses(DUMMY_INTERFACE)
+        )
         # Until this sync has finished, a failure in it leaves the kernel and the kept
         # translation in doubt (and ``changed`` lost): the next sync is then a full one.
         in_doubt, self._full_needed = self._full_needed, True

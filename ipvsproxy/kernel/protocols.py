@@ -78,6 +78,11 @@ class AddressKernel(Protocol):
         """Every address on every interface: the node's own and kube-ipvs0's alike."""
         ...
 
+    def local_addresses(self, except_interface: str) -> frozenset[IPAddress]:
+        """Every address on every interface but ``except_interface`` (an address it shares
+        with another interface included): the node's own, as kube-proxy lists them."""
+        ...
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 

@@ -31,7 +31,6 @@ from ipvsproxy.model import (
     DesiredVirtualServer,
     EndpointSlice,
     IPAddress,
-    IPFamily,
     IPSetContent,
     ObjectKey,
     Rejection,
@@ -56,6 +55,7 @@ from ipvsproxy.translate.settings import Settings
 from ipvsproxy.translate.translate import (
     ServiceCache,
     ServiceState,
+    health_check_families,
     holds_node_port,
     on_node,
     proxied,
@@ -318,17 +318,17 @@ class IncrementalTranslation:
                 self._rejections_changed = True
             new = self._port_holders[key] = winner.service
             if winner.kind is PortUse.HEALTH_CHECK:
-                self._take_health_check(new, key.port)
+                self._take_health_check(new, key.port, node)
         if new != old:
             touched.update(
                 VirtualServerKey(key.protocol, address, key.port)
                 for address in node.node_port_addresses
             )
 
-    def _take_health_check(self, service: ObjectKey, port: int) -> None:
+    def _take_health_check(self, service: ObjectKey, port: int, node: NodeFacts) -> None:
         state = self._shares[service].state
         assert state is not None
-        families = {IPFamily.of(vs_key.address) for vs_key in state.servers}
+        families = health_check_families(state, node)
         members = tuple(health_check_member(family, port) for family in families)
         for name, entry in members:
             self._entries[name].add(entry)

@@ -510,6 +510,17 @@ def health_check_node_port(service: Service) -> int | None:
     return None
 
 
+def health_check_families(found: ServiceState, node: NodeFacts) -> set[IPFamily]:
+    """The families whose KUBE-HEALTH-CHECK-NODE-PORT set opens the service's health-check
+    node port: those it has virtual servers in, where the node has NodePort addresses.
+
+    The health-check server listens on those addresses alone; with none of a family (a
+    --nodeport-addresses that matches nothing) there is nothing to let packets through to.
+    """
+    families = {IPFamily.of(vs_key.address) for vs_key in found.servers}
+    return {f for f in families if any(IPFamily.of(a) is f for a in node.node_port_addresses)}
+
+
 def translate_service(
     service: Service,
     slices: list[EndpointSlice],
@@ -582,7 +593,7 @@ def translate(
         port = found.health_check
         if port is not None and holders[NodePortKey(TransportProtocol.TCP, port)] == service.key:
             health_checks[service.key] = port
-            for family in {IPFamily.of(vs.address) for vs in found.servers}:
+            for family in health_check_families(found, node):
                 health_check_ports[family].add(port)
     rejections += claims.rejections()
     merged = _Merged()

@@ -19,6 +19,7 @@ from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,
+    BindAddress,
     ChangedKeys,
     ClusterSnapshot,
     DeleteRealServer,
@@ -46,8 +47,10 @@ from tests.daemon_kit import (
     node,
     service,
     service_ip,
+    with_node_interface,
 )
 from tests.unit.test_translate_incremental import Cluster, comparable, step
+from tests.unit.test_translate_rules import NODE_IP as RULES_NODE_IP
 from tests.unit.test_translate_rules import ep, eps, svc, vs
 
 SERVICES = 1000
@@ -216,6 +219,23 @@ def test_a_node_change_is_a_full_sync() -> None:
     assert syncer.sync(after, []).mode is SyncMode.FULL
 
 
+def test_an_address_added_to_an_interface_is_a_full_sync_with_node_ports_on_it() -> None:
+    """kube-proxy's node addresses are the interfaces', read at every sync."""
+    clock = Clock()
+    fake, syncer = make(clock)
+    node_port = service(1, type="NodePort", ports=[{"name": "p", "port": 80, "nodePort": 30080}])
+    objects = [*cluster(1), node_port]
+    syncer.sync(snapshot(objects), [])
+    second = ip_address("10.251.0.11")
+    assert VirtualServerKey(TransportProtocol.TCP, second, 30080) not in fake.recording.fake.dump()
+    fake.addresses.ensure_interface("eth1")
+    fake.addresses.apply("eth1", [BindAddress(second)])
+    clock.now = 1.0
+    report = syncer.sync(snapshot(objects), [], ChangedKeys(frozenset(), frozenset()))
+    assert report.mode is SyncMode.FULL
+    assert VirtualServerKey(TransportProtocol.TCP, second, 30080) in fake.recording.fake.dump()
+
+
 def test_a_node_taking_an_external_ip_is_a_full_sync_that_withdraws_it() -> None:
     clock = Clock()
     fake, syncer = make(clock)
@@ -249,7 +269,8 @@ def kernel_state(fake: FakeKernel) -> tuple[object, ...]:
 
 
 def fake_syncer(clock: Clock) -> tuple[FakeKernel, Syncer]:
-    fake = FakeKernel()
+    # The node of the incremental tests' cluster, with its address on an interface.
+    fake = with_node_interface(FakeKernel(), RULES_NODE_IP)
     kernel = fake.kernel()
     reconciler = Reconciler(kernel, clock=clock)
     return fake, Syncer(kernel, Settings(), sync_period=1e9, reconciler=reconciler, clock=clock)
