@@ -14,7 +14,7 @@ from ipvsproxy import cli
 from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import TransportProtocol, VirtualServerKey
+from ipvsproxy.model import BindAddress, TransportProtocol, VirtualServerKey
 from ipvsproxy.reconcile.apply import PROGRESS_STEP
 from ipvsproxy.reconcile.reconciler import Reconciler
 from tests.unit.reconcile_kit import POD_A, desired, ip
@@ -61,6 +61,9 @@ def test_sync_once_draws_no_bar_where_stderr_is_no_terminal(
 ) -> None:
     """A log or a captured stream gets no progress bar, nor click's label for one."""
     fake = FakeKernel()
+    # The example node's own address, on an interface as on a node: its NodePorts serve there.
+    fake.addresses.ensure_interface("eth0")
+    fake.addresses.apply("eth0", [BindAddress(ip("192.168.10.11"))])
 
     @contextmanager
     def opened() -> Iterator[Kernel]:
