@@ -326,6 +326,9 @@ class IncrementalTranslation:
             )
 
     def _take_health_check(self, service: ObjectKey, port: int, node: NodeFacts) -> None:
+        # A service has one health-check node port: the one it held goes, whatever the order
+        # its ports are settled in (its old port may be settled after its new one).
+        self._drop_health_check(service)
         state = self._shares[service].state
         assert state is not None
         families = health_check_families(state, node)
@@ -338,9 +341,13 @@ class IncrementalTranslation:
 
     def _release_health_check(self, service: ObjectKey, key: NodePortKey) -> None:
         held = self._health_held.get(service)
-        if held is None or held[0] != key.port or key.protocol is not TransportProtocol.TCP:
+        if held is not None and held[0] == key.port and key.protocol is TransportProtocol.TCP:
+            self._drop_health_check(service)
+
+    def _drop_health_check(self, service: ObjectKey) -> None:
+        held = self._health_held.pop(service, None)
+        if held is None:
             return
-        del self._health_held[service]
         for name, entry in held[1]:
             self._entries[name].remove(entry)
         del self._health_checks[service]
