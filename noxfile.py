@@ -1,4 +1,5 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel and e2e; bench, image on request."""
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, lowest, kernel, e2e and differential;
+bench, image on request."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e"]
+nox.options.sessions = ["lint", "typecheck", "tests", "lowest", "kernel", "e2e", "differential"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
+# The lab kernel's memory (tests/lab/boot.py reads it).
+MEMORY_VARIABLE = "IPVSPROXY_LAB_MEM"
+E2E_LAB_MEMORY = "3G"
 
 
 def _install(session: nox.Session, *groups: str) -> None:
@@ -49,6 +53,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("hadolint", "Containerfile")
+    # README's layering, as contracts in pyproject.toml; it reads the package from this tree.
+    session.run("lint-imports", env={"PYTHONPATH": str(Path.cwd())})
 
 
 @nox.session
@@ -64,6 +70,38 @@ def tests(session: nox.Session) -> None:
     env = _controlplane(session)
     _install(session, "test")
     paths = _existing("tests/unit", "tests/contract", "tests/api", "tests/chart")
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
+
+
+@nox.session
+def dashboard(session: nox.Session) -> None:
+    """README's picture of the chart's Grafana dashboard, from a real scrape (about 7 minutes):
+    ``nox -s dashboard -- docs/dashboard.png``."""
+    _packages(session, "prometheus")
+    _install(session, "test", "bench")
+    out = session.posargs[0] if session.posargs else "docs/dashboard.png"
+    session.run("python", "-m", "tests.chart.dashboard_png", out, *session.posargs[1:])
+
+
+@nox.session
+def lowest(session: nox.Session) -> None:
+    """The unit and api tiers on the lowest version of each dependency pyproject.toml allows
+    (uv's lowest-direct resolution; what those depend on, at its newest): a floor that no
+    longer holds fails here rather than on a user's machine."""
+    _packages(session, "promtool=prometheus", "openssl")
+    env = _controlplane(session)
+    session.install("uv>=0.6.6")
+    pinned = Path(session.create_tmp()) / "lowest.txt"
+    pinned.unlink(missing_ok=True)  # uv would keep the versions an earlier run chose
+    python = ("--python", str(Path(session.bin) / "python"))
+    session.run_install(
+        "uv", "pip", "compile", "--quiet", "--resolution=lowest-direct", *python,
+        "pyproject.toml", "--group=pyproject.toml:test", f"--output-file={pinned}",
+    )  # fmt: skip
+    session.run_install("uv", "pip", "sync", "--quiet", *python, str(pinned))
+    session.run_install("uv", "pip", "install", "--quiet", "--no-deps", *python, "-e", ".")
+    session.log(pinned.read_text())
+    paths = _existing("tests/unit", "tests/api")
     session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
 
 
@@ -84,9 +122,28 @@ def kernel(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """The daemon against a fake API server, pods and real traffic, inside the lab."""
+    """The daemon against the real etcd and kube-apiserver, pods and real traffic, all inside
+    the lab; each boot starts its own control plane. The takeover scenario runs the real
+    kube-proxy there too."""
+    env = _controlplane(session)
     _install(session, "test")
-    session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs)
+    # Beside the daemon: kube-apiserver (~300 MB), etcd, the kube-controller-manager, and
+    # their binaries copied into the lab's tmpfs.
+    env[MEMORY_VARIABLE] = os.environ.get(MEMORY_VARIABLE) or E2E_LAB_MEMORY
+    session.run("python", "-m", "tests.lab", "tests/e2e", *session.posargs, env=env)
+
+
+@nox.session
+def differential(session: nox.Session) -> None:
+    """ipvsproxy and the real kube-proxy --proxy-mode=ipvs side by side on one cluster in the
+    lab: the named scenarios and random steps, every difference explained or failing.
+
+    ``nox -s differential -- --steps 2000`` (or IPVSPROXY_DIFFERENTIAL_STEPS) for a longer
+    random run; it prints ``differential: N scenarios, M steps, K differences, K explained``.
+    """
+    env = _controlplane(session)
+    _install(session, "test")
+    session.run("python", "-m", "tests.differential", *session.posargs, env=env)
 
 
 @nox.session

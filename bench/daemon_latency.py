@@ -120,7 +120,7 @@ class _Churn:
         self.latencies: dict[str, list[float]] = {kind: [] for kind in CHANGE_KINDS}
         self.lost = 0
 
-    def _timed(self, kind: str, write: Callable[[], None], done: Callable[[], bool]) -> None:
+    def _timed(self, kind: str, write: Callable[[], object], done: Callable[[], bool]) -> None:
         time.sleep(0.05)  # apart from the previous change, not timed
         start = time.perf_counter()
         write()

@@ -3,38 +3,67 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from click.core import ParameterSource
 
 from ipvsproxy import __version__
 from ipvsproxy.cluster.source import SourceError, load_snapshot
-from ipvsproxy.config import ConfigError, ProxyConfig, Resolved, reconciler_settings, resolve
+from ipvsproxy.config import (
+    FLAGS_OVER_FILE,
+    ConfigError,
+    ProxyConfig,
+    Resolved,
+    reconciler_settings,
+    resolve,
+)
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
-from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import ClusterSnapshot, DesiredState, IPVSTable, ObjectKey, Rejection
-from ipvsproxy.reconcile.cleanup import remove_leftovers
-from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
+from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    ClusterSnapshot,
+    DesiredState,
+    IPAddress,
+    IptablesChainDiff,
+    IPVSTable,
+    ObjectKey,
+    Rejection,
+    VirtualServerKey,
+)
+from ipvsproxy.owners import Owners, OwnersAnswer, owners_of
+from ipvsproxy.plan_summary import SUMMARY_ABOVE, summarized, summary_text
+from ipvsproxy.reconcile.apply import Progress
+from ipvsproxy.reconcile.cleanup import plan_leftovers, planned_removals, remove_leftovers
+from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
-from ipvsproxy.reconcile.syncplan import plan_sync
+from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
+from ipvsproxy.reconcile.takeover import check_takeover
 from ipvsproxy.render import (
     LIVE_KERNEL,
     Baseline,
+    cleanup_json,
     sync_plan_json,
     sync_plan_text,
     sync_result_json,
     sync_result_text,
+    takeover_json,
+    takeover_text,
 )
 from ipvsproxy.show import build_view, view_json, view_text
+from ipvsproxy.show_source import ask_daemon, in_cluster
 from ipvsproxy.translate import translate
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
 
 USAGE_EXIT = 2
 
@@ -95,6 +124,23 @@ _PROXY_FLAGS = (
                  help="SNAT all traffic sent to Service cluster IPs."),
     click.option("--iptables-masquerade-bit", type=int, metavar="BIT",
                  help="The packet-mark bit (0-31) that asks for SNAT [default: 14]."),
+    click.option("--conntrack-max-per-core", type=int, metavar="N",
+                 help="Conntrack entries per CPU core; nf_conntrack_max is raised to this "
+                 "times the CPUs, at least --conntrack-min (0 leaves it) [default: 32768]."),
+    click.option("--conntrack-min", type=int, metavar="N",
+                 help="The least nf_conntrack_max to ask for [default: 131072]."),
+    click.option("--conntrack-tcp-timeout-established", metavar="DURATION",
+                 help="Conntrack's idle timeout of established TCP connections (0 leaves "
+                 "it) [default: 24h]."),
+    click.option("--conntrack-tcp-timeout-close-wait", metavar="DURATION",
+                 help="Conntrack's timeout of TCP connections in CLOSE_WAIT (0 leaves it) "
+                 "[default: 1h]."),
+    click.option("--conntrack-tcp-be-liberal", type=click.BOOL, is_flag=False, flag_value=True,
+                 help="Set nf_conntrack_tcp_be_liberal to 1."),
+    click.option("--conntrack-udp-timeout", metavar="DURATION",
+                 help="Conntrack's timeout of unreplied UDP flows (0 leaves it) [default: 0]."),
+    click.option("--conntrack-udp-timeout-stream", metavar="DURATION",
+                 help="Conntrack's timeout of assured UDP flows (0 leaves it) [default: 0]."),
     click.option("--cluster-cidr", metavar="CIDRS",
                  help="The pods' CIDR, or a comma-separated dual-stack pair."),
     click.option("--nodeport-addresses", metavar="CIDRS",
@@ -128,15 +174,17 @@ def _proxy_options(command: Callable[..., None]) -> Callable[..., None]:
     return click.pass_context(command)
 
 
-def _resolve_config(ctx: click.Context) -> ProxyConfig:
+def _resolve_config(
+    ctx: click.Context, over_file: Collection[str] = FLAGS_OVER_FILE
+) -> ProxyConfig:
     """The config file and kube-proxy's flags, merged; warnings on stderr, errors exit 2."""
-    resolved = _resolve(ctx)
+    resolved = _resolve(ctx, over_file)
     for warning in resolved.warnings:
         click.echo(f"ipvsproxy: warning: {warning}", err=True)
     return resolved.config
 
 
-def _resolve(ctx: click.Context) -> Resolved:
+def _resolve(ctx: click.Context, over_file: Collection[str] = FLAGS_OVER_FILE) -> Resolved:
     flags = {f"--{name.replace('_', '-')}": value for name, value in ctx.params.items()}
     explicit = [
         flag
@@ -144,7 +192,7 @@ def _resolve(ctx: click.Context) -> Resolved:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     ]
     try:
-        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"])
+        return resolve(flags, explicit, ctx.params["config_file"], ctx.params["master"], over_file)
     except ConfigError as error:
         _fail(str(error))
 
@@ -190,16 +238,33 @@ def _snapshot(
         _fail(str(error))
 
 
+def _translated(
+    read: tuple[ClusterSnapshot, list[Rejection]],
+    config: ProxyConfig,
+    local_addresses: frozenset[IPAddress] | None = None,
+) -> DesiredState:
+    """The desired state; ``local_addresses``: the node's interfaces', where the kernel was read."""
+    snapshot, rejections = read
+    desired = translate(replace(snapshot, local_addresses=local_addresses), config.settings)
+    return replace(desired, rejections=(*rejections, *desired.rejections))
+
+
 def _desired_state(
     source: Path | None, config: ProxyConfig, allow_empty: bool = True
 ) -> DesiredState:
-    snapshot, rejections = _snapshot(source, config, allow_empty)
-    desired = translate(snapshot, config.settings)
-    return replace(desired, rejections=(*rejections, *desired.rejections))
+    return _translated(_snapshot(source, config, allow_empty), config)
 
 
 _output_option = click.option(
     "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+
+
+_summary_option = click.option(
+    "--summary/--full",
+    default=None,
+    help="Text output: counts by kind and by namespace and the skipped objects, or every "
+    f"operation [default: the summary above {SUMMARY_ABOVE} operations].",
 )
 
 
@@ -212,9 +277,17 @@ _output_option = click.option(
     help="Accept a --source without any Service (which removes every virtual server).",
 )
 @_output_option
+@_summary_option
 @_proxy_options
 def sync(
-    ctx: click.Context, *, once: bool, dry_run: bool, allow_empty: bool, output: str, **_: object
+    ctx: click.Context,
+    *,
+    once: bool,
+    dry_run: bool,
+    allow_empty: bool,
+    output: str,
+    summary: bool | None,
+    **_: object,
 ) -> None:
     """Reconcile the kernel's IPVS state with the cluster.
 
@@ -224,21 +297,44 @@ def sync(
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
     config = _resolve_config(ctx)
-    desired = _desired_state(ctx.params["source"], config, allow_empty)
+    read = _snapshot(ctx.params["source"], config, allow_empty)
     if dry_run:
-        _dry_run(desired, reconciler_settings(config), output)
+        _dry_run(read, config, output, summary)
         return
     _check(require_net_admin)
     with ExitStack() as stack:
         kernel = _open_kernel(stack)
         _check(partial(check_schedulers, kernel.ipvs, {config.settings.scheduler}))
-        result = Reconciler(kernel, reconciler_settings(config)).sync(desired)
+        progress = stack.enter_context(_progress_bar())
+        desired = _translated(read, config, kernel.addresses.local_addresses(DUMMY_INTERFACE))
+        result = Reconciler(kernel, reconciler_settings(config)).sync(desired, progress=progress)
     if output == "json":
         _write(sync_result_json(result, desired))
     else:
-        click.echo(sync_plan_text(result.plan, desired))
+        click.echo(_plan_text(result.plan, desired, summary))
         click.echo(sync_result_text(result))
     sys.exit(0 if result.ok else 1)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Progress | None]:
+    """click's progress bar over the IPVS writes, on stderr while it is a terminal; None
+    elsewhere (click would still print its label once, into a log or a captured stream)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    bars: list[ProgressBar[int]] = []
+
+    def shown(done: int, total: int) -> None:
+        if not bars:
+            bars.append(click.progressbar(length=total, label="programming IPVS", file=sys.stderr))
+        bars[0].update(done - bars[0].pos)
+
+    try:
+        yield shown
+    finally:
+        for bar in bars:
+            bar.render_finish()
 
 
 def _write(chunks: Iterable[str], batch: int = 65536) -> None:
@@ -253,20 +349,48 @@ def _write(chunks: Iterable[str], batch: int = 65536) -> None:
     sys.stdout.write("".join(pending))
 
 
-def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -> None:
-    """The plan against the kernel's state when it can be read, else against an empty one."""
+def _plan_text(
+    plan: SyncPlan,
+    desired: DesiredState,
+    summary: bool | None,
+    iptables_changes: Sequence[IptablesChainDiff] | None = None,
+) -> str:
+    if not summarized(plan, summary):
+        return sync_plan_text(plan, desired, iptables_changes)
+    note = "" if summary else f" (over {SUMMARY_ABOVE} operations; --full lists each)"
+    return f"# summary{note}\n{summary_text(plan, desired, iptables_changes)}"
+
+
+def _dry_run(
+    read: tuple[ClusterSnapshot, list[Rejection]],
+    config: ProxyConfig,
+    output: str,
+    summary: bool | None,
+) -> None:
+    """The plan against the kernel's state when it can be read, else against an empty one
+    (and then with the Node object's addresses for the node's own)."""
+    settings = reconciler_settings(config)
+    iptables_changes: tuple[IptablesChainDiff, ...] | None = None
     try:
         require_net_admin()
         with real_kernel() as kernel:
+            local = kernel.addresses.local_addresses(DUMMY_INTERFACE)
+            desired = _translated(read, config, local)
             plan = Reconciler(kernel, settings).plan(desired)
+            if output == "text":
+                iptables_changes = tuple(
+                    diff for ruleset in plan.iptables for diff in kernel.iptables.diff(ruleset)
+                )
         header = "# dry run: the plan against the kernel's current state; nothing is changed"
         baseline = LIVE_KERNEL
     except PreconditionError as error:
+        desired = _translated(read, config)
         plan = plan_sync(
             desired,
             EMPTY_KERNEL,
             strict_arp=settings.strict_arp,
             timeouts=settings.ipvs_timeouts,
+            conntrack=settings.conntrack,
         )
         header = f"# dry run against an empty kernel state ({error}); nothing is changed"
         baseline = Baseline(live=False, reason=str(error))
@@ -274,23 +398,73 @@ def _dry_run(desired: DesiredState, settings: ReconcilerSettings, output: str) -
         _write(sync_plan_json(plan, desired, baseline))
     else:
         click.echo(header)
-        click.echo(sync_plan_text(plan, desired))
+        click.echo(_plan_text(plan, desired, summary, iptables_changes))
 
 
 @main.command()
-def cleanup() -> None:
+@click.option("--check", is_flag=True, help="Print the plan and the verdict; change nothing.")
+@_output_option
+@_proxy_options
+def takeover(ctx: click.Context, *, check: bool, output: str, **_: object) -> None:
+    """Tell what taking this node over from kube-proxy's IPVS mode would change.
+
+    Plans the first sync 'ipvsproxy run' would make here, against the live kernel that
+    kube-proxy programmed, and prints it as 'sync --dry-run' does, then the verdict. Give it
+    kube-proxy's own file (--config); --kubeconfig wins over the file's, so an operator's
+    kubeconfig can read the cluster. Exit 0 when no virtual server that carries traffic
+    would be deleted or re-created, 1 when one would (each listed), 2 for usage and
+    precondition errors.
+    """
+    if not check:
+        _fail("takeover needs --check (the takeover itself is 'ipvsproxy run', which adopts "
+              "what it finds)")  # fmt: skip
+    config = _resolve_config(ctx, FLAGS_OVER_FILE | {"--kubeconfig"})
+    read = _snapshot(ctx.params["source"], config, allow_empty=True)
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        kernel = _open_kernel(stack)
+        desired = _translated(read, config, kernel.addresses.local_addresses(DUMMY_INTERFACE))
+        reconciler = Reconciler(kernel, reconciler_settings(config))
+        actual = reconciler.observe()
+        plan = reconciler.plan(desired, actual)
+    verdict = check_takeover(plan, actual.ipvs)
+    if output == "json":
+        _write(takeover_json(plan, desired, verdict))
+    else:
+        click.echo("# takeover check: ipvsproxy's first sync against this node; nothing is changed")
+        click.echo(sync_plan_text(plan, desired))
+        click.echo(takeover_text(verdict))
+    sys.exit(0 if verdict.safe else 1)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@_output_option
+def cleanup(*, dry_run: bool, output: str) -> None:
     """Remove everything ipvsproxy (or kube-proxy's IPVS mode) created, and nothing else.
 
-    Exit 0 when everything went (or nothing was there), 1 when something could not be removed.
+    Exit 0 when everything went (or nothing was there), 1 when something could not be removed
+    (or, with --dry-run, read).
     """
     _check(require_net_admin)
     with real_kernel(ipvs_optional=True) as kernel:
-        report = remove_leftovers(kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
-    for line in report.removed:
-        click.echo(line)
-    for line in report.failed:
-        click.echo(f"ipvsproxy: {line}", err=True)
-    sys.exit(1 if report.failed else 0)
+        parts = (kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
+        if dry_run:
+            plan, failed = plan_leftovers(*parts)
+            done = planned_removals(plan)
+        else:
+            report = remove_leftovers(*parts)
+            done = tuple(line.removeprefix("removed ") for line in report.removed)
+            failed = report.failed
+    if output == "json":
+        _write(cleanup_json(dry_run, done, failed))
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for what in done:
+            click.echo(f"{verb} {what}")
+        for line in failed:
+            click.echo(f"ipvsproxy: {line}", err=True)
+    sys.exit(1 if failed else 0)
 
 
 def _check(precondition: Callable[[], None]) -> None:
@@ -317,10 +491,40 @@ def _service_filter(text: str | None) -> ObjectKey | None:
     return ObjectKey(namespace, name)
 
 
-def _kernel_ipvs_table() -> IPVSTable:
-    _check(require_net_admin)
-    with ExitStack() as stack:
-        return _open_kernel(stack).ipvs.dump()
+def _read_ipvs(ipvs: IPVSKernel, only: Collection[VirtualServerKey] | None) -> IPVSTable:
+    """The kernel's table, or only the virtual servers ``only`` names (those it has)."""
+    if only is None:
+        return ipvs.dump()
+    found = ((key, ipvs.virtual_server(key)) for key in only)
+    return MappingProxyType({key: state for key, state in found if state is not None})
+
+
+def _cluster_asked(ctx: click.Context) -> bool:
+    """Whether the command line names where the cluster is: --source, --kubeconfig, --master."""
+    return ctx.params["source"] is not None or any(
+        ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        for name in ("kubeconfig", "master")
+    )
+
+
+def _owners(
+    ctx: click.Context, config: ProxyConfig, service: ObjectKey | None
+) -> tuple[Owners | None, str]:
+    """Who owns each virtual server (or why nobody says): --source, --kubeconfig or --master
+    first; then the proxy running here; then the API server (the config file's kubeconfig,
+    or in-cluster)."""
+    source: Path | None = ctx.params["source"]
+    if _cluster_asked(ctx):
+        return owners_of(_desired_state(source, config), service), ""
+    answer = ask_daemon(config.metrics_bind_address, service)
+    if isinstance(answer, OwnersAnswer):
+        if answer.truncated:
+            click.echo("ipvsproxy: warning: the proxy sent only part of its table", err=True)
+        return answer.owners, ""
+    if config.kubeconfig is not None or in_cluster():
+        click.echo(f"ipvsproxy: warning: {answer}; reading the cluster instead", err=True)
+        return owners_of(_desired_state(None, config), service), ""
+    return None, answer
 
 
 @main.command()
@@ -330,15 +534,26 @@ def _kernel_ipvs_table() -> IPVSTable:
 def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -> None:
     """Show the live kernel state in Kubernetes terms.
 
-    Service names come from --source or from the API server (--kubeconfig, --master); with
-    neither, the kernel's table alone, without names.
+    Service names come from --source, or from the API server given --kubeconfig or --master;
+    else from the proxy running on this node (its translation, asked on its metrics address,
+    --config's metricsBindAddress or 127.0.0.1:10249), then from the API server (--config's
+    kubeconfig, or in-cluster). With none, the kernel's table alone, without names. With
+    NAMESPACE/NAME and the proxy's answer, only that Service's virtual servers are read from
+    the kernel.
     """
     only = _service_filter(service)
     config = _resolve_config(ctx)
-    source: Path | None = ctx.params["source"]
-    named = source is not None or config.kubeconfig is not None or bool(config.master)
-    desired = _desired_state(source, config) if named else None
-    view = build_view(_kernel_ipvs_table(), desired, only)
+    if _cluster_asked(ctx):
+        _require_node_name(config)
+    _check(require_net_admin)
+    with ExitStack() as stack:
+        ipvs = _open_kernel(stack).ipvs
+        owners, why_unnamed = _owners(ctx, config, only)
+        keys = owners.keys() if owners is not None and only is not None else None
+        table = _read_ipvs(ipvs, keys)
+    if owners is None:
+        click.echo(f"ipvsproxy: no Service names: {why_unnamed}", err=True)
+    view = build_view(table, owners, only)
     click.echo(view_json(view) if output == "json" else view_text(view))
 
 
@@ -367,6 +582,9 @@ _RUN_FLAGS = (
                  help="Log verbosity; 4 and up logs debug detail [default: 0]."),
     click.option("--traffic-metrics/--no-traffic-metrics", default=True,
                  help="Export per-service IPVS traffic counters in /metrics [default: on]."),
+    click.option("--init-only", is_flag=True,
+                 help="Set the kernel parameters (sysctls, conntrack, IPVS timeouts) and exit, "
+                 "as kube-proxy's: for a privileged init container before an unprivileged proxy."),
 )  # fmt: skip
 
 
@@ -378,18 +596,26 @@ def _run_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @main.command()
 @_run_options
-def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: object) -> None:
+def run(
+    ctx: click.Context, *, verbosity: int, traffic_metrics: bool, init_only: bool, **_: object
+) -> None:
     """Run the proxy: watch the cluster (or --source) and keep the kernel in sync.
 
     SIGTERM and SIGINT stop it with exit status 0, leaving the kernel's state in place.
     """
+    resolved = _resolve(ctx)
+    logging_format = resolved.config.logging_format
+    if init_only:
+        _run_or_fatal(logging_format, partial(_init_node, resolved, verbosity))
+        return
     # Here, not at the top: the daemon brings the kubernetes client and prometheus_client, a
     # second of imports inside the lab that sync --once, show and cleanup never use.
-    from ipvsproxy.daemon.main import DaemonError, serve_daemon  # noqa: PLC0415
+    from ipvsproxy.daemon.errors import DaemonError  # noqa: PLC0415
+    from ipvsproxy.daemon.main import serve_daemon  # noqa: PLC0415
 
-    resolved = _resolve(ctx)
-    _require_node_name(resolved.config)
-    try:
+    def serve() -> None:
+        if resolved.config.hostname_problem:
+            raise DaemonError(resolved.config.hostname_problem)
         serve_daemon(
             resolved.config,
             ctx.params["source"],
@@ -397,5 +623,32 @@ def run(ctx: click.Context, *, verbosity: int, traffic_metrics: bool, **_: objec
             traffic_metrics=traffic_metrics,
             warnings=resolved.warnings,
         )
+
+    _run_or_fatal(logging_format, serve)
+
+
+def _run_or_fatal(logging_format: str, work: Callable[[], int | None]) -> None:
+    """``work``, its exit status kept; a failure that ends it is one line (or one JSON object,
+    with --logging-format json), exit 2 for what the daemon names, 1 for anything else."""
+    from ipvsproxy.daemon.errors import DaemonError  # noqa: PLC0415
+    from ipvsproxy.daemon.logs import fatal_line  # noqa: PLC0415
+
+    try:
+        status = work()
     except DaemonError as error:
-        _fail(str(error))
+        click.echo(fatal_line(logging_format, str(error)), err=True)
+        sys.exit(USAGE_EXIT)
+    except Exception as error:
+        if logging_format != "json":
+            raise
+        click.echo(fatal_line(logging_format, f"unexpected error: {error}", error), err=True)
+        sys.exit(1)
+    if status:
+        sys.exit(status)
+
+
+def _init_node(resolved: Resolved, verbosity: int) -> int:
+    """kube-proxy's --init-only; exit status 1 when the kernel refused a parameter."""
+    from ipvsproxy.daemon.init_node import init_node  # noqa: PLC0415
+
+    return init_node(resolved.config, verbosity, resolved.warnings)

@@ -24,6 +24,7 @@ from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
 from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
 from ipvsproxy.cluster.validation import SUBDOMAIN_MAX, is_dns1123_subdomain
 from ipvsproxy.model import SCHEDULERS, IPFamily, IPNetwork, IPVSTimeouts
+from ipvsproxy.reconcile.parameters import LEAVE_CONNTRACK, ConntrackSettings
 from ipvsproxy.reconcile.reconciler import ReconcilerSettings
 from ipvsproxy.translate.settings import (
     DEFAULT_NODE_PORT_RANGE,
@@ -61,6 +62,13 @@ FIELDS: Mapping[str, tuple[str | None, str]] = {
     "ipvs.tcpTimeout": ("--ipvs-tcp-timeout", "duration"),
     "ipvs.tcpFinTimeout": ("--ipvs-tcpfin-timeout", "duration"),
     "ipvs.udpTimeout": ("--ipvs-udp-timeout", "duration"),
+    "conntrack.maxPerCore": ("--conntrack-max-per-core", "number"),
+    "conntrack.min": ("--conntrack-min", "number"),
+    "conntrack.tcpEstablishedTimeout": ("--conntrack-tcp-timeout-established", "duration"),
+    "conntrack.tcpCloseWaitTimeout": ("--conntrack-tcp-timeout-close-wait", "duration"),
+    "conntrack.tcpBeLiberal": ("--conntrack-tcp-be-liberal", "bool"),
+    "conntrack.udpTimeout": ("--conntrack-udp-timeout", "duration"),
+    "conntrack.udpStreamTimeout": ("--conntrack-udp-timeout-stream", "duration"),
 }
 
 # kube-proxy fields that do not apply to an IPVS-only proxy: accepted with any value, ignored.
@@ -86,7 +94,6 @@ IGNORED_FIELDS = frozenset(
         "nftables",
         "winkernel",
         "oomScoreAdj",
-        "conntrack",
         "configSyncPeriod",
         "portRange",
         "windowsRunAsService",
@@ -118,6 +125,13 @@ DEFAULTS: Mapping[str, Any] = {
     "metricsBindAddress": "127.0.0.1:10249",
     "detectLocalMode": "ClusterCIDR",
     "logging.format": "text",
+    # kube-proxy's v1alpha1 defaults: a node it ran on already has these.
+    "conntrack.maxPerCore": 32 * 1024,
+    "conntrack.min": 128 * 1024,
+    "conntrack.tcpEstablishedTimeout": "24h",
+    "conntrack.tcpCloseWaitTimeout": "1h",
+    "conntrack.udpTimeout": "0s",
+    "conntrack.udpStreamTimeout": "0s",
 }
 LOGGING_FORMATS = ("text", "json")
 
@@ -146,7 +160,15 @@ DURATION_BOUNDS: Mapping[str, DurationBound] = {
     "ipvs.tcpTimeout": LONGEST_IPVS_TIMEOUT,
     "ipvs.tcpFinTimeout": LONGEST_IPVS_TIMEOUT,
     "ipvs.udpTimeout": LONGEST_IPVS_TIMEOUT,
+    # Conntrack's timeouts are jiffies in an int too.
+    "conntrack.tcpEstablishedTimeout": LONGEST_IPVS_TIMEOUT,
+    "conntrack.tcpCloseWaitTimeout": LONGEST_IPVS_TIMEOUT,
+    "conntrack.udpTimeout": LONGEST_IPVS_TIMEOUT,
+    "conntrack.udpStreamTimeout": LONGEST_IPVS_TIMEOUT,
 }
+# kube-proxy caps maxPerCore times the CPUs here, against excessive memory on big machines.
+CONNTRACK_MAX_CAP = 1 << 20
+INT32_MAX = (1 << 31) - 1
 
 _STRUCTS = frozenset(path.rsplit(".", 1)[0] for path in (*FIELDS, *IGNORED_FIELDS) if "." in path)
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -175,6 +197,7 @@ class ProxyConfig:
     min_sync_period: float = 1.0
     # IPVS connection timeouts to set; 0 leaves the kernel's own (as kube-proxy).
     ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
+    conntrack: ConntrackSettings = LEAVE_CONNTRACK
     healthz_bind_address: str = "0.0.0.0:10256"
     metrics_bind_address: str = "127.0.0.1:10249"
     logging_format: str = "text"
@@ -336,10 +359,12 @@ def resolve(
     explicit: Collection[str],
     config_file: Path | None = None,
     master: str = "",
+    over_file: Collection[str] = FLAGS_OVER_FILE,
 ) -> Resolved:
     """Merge flags (by flag name, e.g. ``"--cluster-cidr"``) with the file as kube-proxy does.
 
-    ``explicit`` names the flags given on the command line (not defaulted).
+    ``explicit`` names the flags given on the command line (not defaulted); of those, only
+    ``over_file`` win over the file.
     """
     given = _flag_values({flag: flags.get(flag) for flag in explicit})
     from_file: dict[str, Any] = {}
@@ -348,7 +373,7 @@ def resolve(
         from_file, warnings = read_config_file(config_file)
         for path in sorted(given):
             flag = FIELDS[path][0]
-            if flag not in FLAGS_OVER_FILE:
+            if flag not in over_file:
                 del given[path]
                 warnings.append(f"{flag} is ignored because --config is given, as kube-proxy does")
     values = {**from_file, **given}
@@ -484,7 +509,9 @@ def _interface_for_mode(
 def reconciler_settings(config: ProxyConfig) -> ReconcilerSettings:
     """What every sync needs from the configuration beyond translate's settings."""
     return ReconcilerSettings(
-        strict_arp=config.settings.strict_arp, ipvs_timeouts=config.ipvs_timeouts
+        strict_arp=config.settings.strict_arp,
+        ipvs_timeouts=config.ipvs_timeouts,
+        conntrack=config.conntrack,
     )
 
 
@@ -506,6 +533,46 @@ def _ipvs_timeouts(values: Mapping[str, Any], origin: Mapping[str, str]) -> IPVS
         tcp=int(seconds["ipvs.tcpTimeout"]),
         tcp_fin=int(seconds["ipvs.tcpFinTimeout"]),
         udp=int(seconds["ipvs.udpTimeout"]),
+    )
+
+
+def node_cpus() -> int:
+    """The node's CPUs, not this process's share: nf_conntrack_max is the whole node's."""
+    return os.cpu_count() or 1
+
+
+def _count(values: Mapping[str, Any], origin: Mapping[str, str], path: str) -> int:
+    value: int = values[path]
+    if not 0 <= value <= INT32_MAX:
+        raise ConfigError(f"{origin[path]} {value}: must be within the range [0, {INT32_MAX}]")
+    return value
+
+
+def _conntrack(
+    values: Mapping[str, Any], origin: Mapping[str, str], cpus: int
+) -> ConntrackSettings:
+    """kube-proxy's conntrack settings as the kernel takes them (pkg/proxy/conntrack)."""
+    per_core = _count(values, origin, "conntrack.maxPerCore")
+    floor = _count(values, origin, "conntrack.min")
+    seconds = _durations(
+        values,
+        origin,
+        (
+            "conntrack.tcpEstablishedTimeout",
+            "conntrack.tcpCloseWaitTimeout",
+            "conntrack.udpTimeout",
+            "conntrack.udpStreamTimeout",
+        ),
+    )
+    # maxPerCore 0 leaves the limit as it is, and min with it.
+    maximum = min(CONNTRACK_MAX_CAP, max(per_core * cpus, floor)) if per_core else 0
+    return ConntrackSettings(
+        max=maximum,
+        tcp_established=int(seconds["conntrack.tcpEstablishedTimeout"]),
+        tcp_close_wait=int(seconds["conntrack.tcpCloseWaitTimeout"]),
+        tcp_be_liberal=bool(values.get("conntrack.tcpBeLiberal", False)),
+        udp=int(seconds["conntrack.udpTimeout"]),
+        udp_stream=int(seconds["conntrack.udpStreamTimeout"]),
     )
 
 
@@ -573,6 +640,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         sync_period=periods["ipvs.syncPeriod"],
         min_sync_period=periods["ipvs.minSyncPeriod"],
         ipvs_timeouts=_ipvs_timeouts(values, origin),
+        conntrack=_conntrack(values, origin, node_cpus()),
         healthz_bind_address=values["healthzBindAddress"],
         metrics_bind_address=values["metricsBindAddress"],
         logging_format=logging_format,

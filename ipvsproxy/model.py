@@ -214,7 +214,8 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Everything the proxy knows of the cluster at one instant, from the API or a file."""
+    """Everything the proxy knows of the cluster at one instant, from the API or a file, and
+    of this node's own interfaces."""
 
     services: Mapping[ObjectKey, Service]
     endpoint_slices: Mapping[ObjectKey, EndpointSlice]
@@ -222,6 +223,10 @@ class ClusterSnapshot:
     # Every Node's addresses (this one's too), each with its Node's name: a Service may not
     # take one, or it would cut the cluster off from that node (or hand its ports to a pod).
     nodes_by_address: Mapping[IPAddress, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The addresses of the node's interfaces (kube-ipvs0's aside), as the kernel has them:
+    # kube-proxy's NodePort and "is this address the node's" decisions come from these, not
+    # from the Node object. None where the kernel was not read (a plan against no kernel).
+    local_addresses: frozenset[IPAddress] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +400,10 @@ class IPSetSpec:
     set_type: str  # "hash:ip,port", "hash:ip,port,ip", "hash:ip,port,net", "bitmap:port", ...
     family: IPFamily = IPFamily.IPV4
     comment: str = ""
+    # Creation options a set read from the kernel has beyond kube-proxy's (hash types:
+    # maxelem 65536; bitmap:port: range 0-65535), as ipset(8) prints them: "maxelem 1024",
+    # "timeout 300", "counters". A set kube-proxy or ipvsproxy made has none.
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +465,20 @@ class IptablesRuleset:
     family: IPFamily
     chains: Mapping[str, Mapping[str, tuple[tuple[str, ...], ...]]]
     jumps: tuple[IptablesJump, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesChainDiff:
+    """How one of our chains (or a built-in chain's jumps to ours) would change: rules as
+    iptables-save prints them, without ``-A CHAIN``."""
+
+    family: IPFamily
+    table: str
+    chain: str
+    # The chain does not exist yet.
+    new: bool
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,7 +622,17 @@ class DeleteIPSetEntries:
     entries: tuple[str, ...]
 
 
-IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries
+@dataclass(frozen=True, slots=True)
+class ReplaceIPSet:
+    """The set exists with another type or options than ours: a new one holding ``content``
+    is made beside it and swapped in under its name, then the old one goes. Rules that match
+    the set never see it missing or empty (the kernel swaps only sets of the same type and
+    family; it refuses another type, and the set is then left as it is)."""
+
+    content: IPSetContent
+
+
+IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries | ReplaceIPSet
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from ipvsproxy.model import (
     PlanOp,
     RealServer,
     RealServerKey,
+    ReplaceIPSet,
     RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
@@ -83,6 +84,14 @@ def _fields(op: PlanOp, desired: DesiredState) -> dict[str, Any]:
             return {"ipset": spec.name, "set_type": spec.set_type, "family": str(spec.family)}
         case AddIPSetEntries(name, entries) | DeleteIPSetEntries(name, entries):
             return {"ipset": name, "entries": list(entries)}
+        case ReplaceIPSet(content):
+            spec = content.spec
+            return {
+                "ipset": spec.name,
+                "set_type": spec.set_type,
+                "family": str(spec.family),
+                "entries": sorted(content.entries),
+            }
         case RestoreIptables(ruleset):
             return {"family": str(ruleset.family)}
         case AddVirtualServer(server) | UpdateVirtualServer(server):

@@ -20,10 +20,12 @@ from ipvsproxy.model import (
     DeleteRealServer,
     DeleteVirtualServer,
     DesiredState,
+    IptablesChainDiff,
     IPVSOp,
     PlanOp,
     RealServer,
     RealServerRef,
+    ReplaceIPSet,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -35,6 +37,7 @@ from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.graceful import Drain
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
+from ipvsproxy.reconcile.takeover import TakeoverCheck
 
 
 def _virtual(server: VirtualServer) -> str:
@@ -119,7 +122,26 @@ def _listed(items: Sequence[object], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _summary_lines(plan: SyncPlan) -> list[str]:
+def _iptables_lines(plan: SyncPlan, changes: Sequence[IptablesChainDiff] | None) -> list[str]:
+    """What the restores change, rule by rule, where the kernel was read; else that they
+    are written where they differ."""
+    families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
+    if changes is None:
+        return [f"~ iptables chains ({families}): restored where they differ"]
+    if not changes:
+        return [f"= iptables chains ({families}): as wanted"]
+    lines = []
+    for chain in changes:
+        mark, state = ("+", "new chain") if chain.new else ("~", "chain")
+        lines.append(f"{mark} iptables {chain.family} {chain.table} {state} {chain.chain}")
+        lines.extend(f"    - -A {chain.chain} {rule}" for rule in chain.removed)
+        lines.extend(f"    + -A {chain.chain} {rule}" for rule in chain.added)
+    return lines
+
+
+def kernel_setup_lines(
+    plan: SyncPlan, iptables_changes: Sequence[IptablesChainDiff] | None = None
+) -> list[str]:
     parameters: list[PlanOp] = [*plan.sysctls, *plan.timeouts]
     lines = [f"~ {describe(op)}" for op in parameters]
     if plan.create_interface:
@@ -141,21 +163,30 @@ def _summary_lines(plan: SyncPlan) -> list[str]:
         lines.append(f"+ {len(created)} ipsets: {_listed(created)}")
     if added or deleted:
         lines.append(f"~ ipset entries: {added} to add, {deleted} to delete")
+    lines += [f"~ {describe(op)}" for op in plan.ipsets if isinstance(op, ReplaceIPSet)]
     if plan.iptables:
-        families = ", ".join(str(ruleset.family) for ruleset in plan.iptables)
-        lines.append(f"~ iptables chains ({families}): restored where they differ")
+        lines += _iptables_lines(plan, iptables_changes)
     return lines
 
 
-def _sync_counts(plan: SyncPlan) -> str:
+def counts_line(plan: SyncPlan) -> str:
     counts = plan.counts()
     summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
     draining = f"; {len(plan.ipvs.draining)} draining" if plan.ipvs.draining else ""
     return f"{sum(counts.values())} operations" + (f": {summary}" if counts else "") + draining
 
 
-def sync_plan_text(plan: SyncPlan, desired: DesiredState) -> str:
-    lines = [*_summary_lines(plan), *_ipvs_lines(plan, desired), _sync_counts(plan)]
+def sync_plan_text(
+    plan: SyncPlan,
+    desired: DesiredState,
+    iptables_changes: Sequence[IptablesChainDiff] | None = None,
+) -> str:
+    """Every operation; ``iptables_changes``: the rule diff, where the kernel was read."""
+    lines = [
+        *kernel_setup_lines(plan, iptables_changes),
+        *_ipvs_lines(plan, desired),
+        counts_line(plan),
+    ]
     lines.extend(f"skipped {r.object}: {r.reason}" for r in desired.rejections)
     return "\n".join(lines)
 
@@ -219,6 +250,49 @@ def sync_plan_json(
     return _ENCODER.iterencode({**document, **_plan_dict(plan, desired)})
 
 
+def takeover_text(check: TakeoverCheck) -> str:
+    """The verdict of ``takeover --check``, after the plan it judged."""
+    lines = [
+        f"takeover: {check.adopted} virtual servers adopted, {check.untouched} of them as they "
+        f"are; {check.ipvs_writes} IPVS writes",
+        *(f"takeover: {interruption}" for interruption in check.interruptions),
+    ]
+    if check.real_servers_cut:
+        lines.append(
+            f"takeover: {check.real_servers_cut} UDP or SCTP real servers with flows would go "
+            "at once, their flows forgotten (as kube-proxy does)"
+        )
+    if check.safe:
+        lines.append("takeover: safe: no virtual server carrying traffic is deleted or re-created")
+    else:
+        lines.append(
+            f"takeover: NOT safe: {len(check.interruptions)} virtual servers carrying traffic "
+            "would be deleted or re-created"
+        )
+    return "\n".join(lines)
+
+
+def takeover_json(plan: SyncPlan, desired: DesiredState, check: TakeoverCheck) -> Iterator[str]:
+    """``takeover --check``'s plan as ``sync --dry-run`` prints it, with its verdict."""
+    verdict = {
+        "safe": check.safe,
+        "adopted": check.adopted,
+        "untouched": check.untouched,
+        "ipvs_writes": check.ipvs_writes,
+        "interrupted": [
+            {
+                "virtual_server": str(interruption.key),
+                "connections": interruption.connections,
+                "recreated": interruption.recreated,
+            }
+            for interruption in check.interruptions
+        ],
+        "real_servers_cut": check.real_servers_cut,
+    }
+    document = {"schema": SCHEMA, "dry_run": True, **LIVE_KERNEL.fields()}
+    return _ENCODER.iterencode({**document, **_plan_dict(plan, desired), "takeover": verdict})
+
+
 def sync_result_text(result: SyncResult) -> str:
     """What a sync did, after its plan: totals, drift repaired, and each failure on a line."""
     lines = [
@@ -252,3 +326,14 @@ def sync_result_json(result: SyncResult, desired: DesiredState) -> Iterator[str]
             "drift": dict(sorted(result.drift.items())),
         }
     )
+
+
+CLEANUP_SCHEMA = "ipvsproxy.io/cleanup/v1"
+
+
+def cleanup_json(dry_run: bool, removed: Sequence[str], failed: Sequence[str]) -> Iterator[str]:
+    """What ``cleanup`` removed (or would, with --dry-run), each object named as in its text,
+    and what it could not remove or read."""
+    key = "would_remove" if dry_run else "removed"
+    document = {"schema": CLEANUP_SCHEMA, "dry_run": dry_run, key: list(removed)}
+    return _ENCODER.iterencode({**document, "failed": list(failed)})

@@ -1,7 +1,8 @@
 """The live IPVS table in Kubernetes terms: grouped by service port, as a table or JSON.
 
-Names come from a DesiredState (translate's output owns each virtual server); without one,
-or for virtual servers no service owns, rows carry no names. Pure: no I/O.
+Names come from the owners of a translation (``owners``: each virtual server's Service port and
+the real servers it wants); without them, or for virtual servers no service owns, rows carry
+no names. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 from ipvsproxy.model import (
     AddressKind,
-    DesiredState,
     IPVSTable,
     ObjectKey,
     RealServerState,
@@ -22,6 +22,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
     VirtualServerState,
 )
+from ipvsproxy.owners import Owners
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,8 @@ class ServicePortView:
     virtual_servers: tuple[VirtualServerRow, ...]
 
 
-def _virtual_row(state: VirtualServerState, desired: DesiredState | None) -> VirtualServerRow:
-    wanted = desired.virtual_servers.get(state.server.key) if desired else None
+def _virtual_row(state: VirtualServerState, owners: Owners | None) -> VirtualServerRow:
+    wanted = owners.get(state.server.key) if owners else None
     reals = tuple(
         RealServerRow(
             real,
@@ -57,16 +58,16 @@ def _virtual_row(state: VirtualServerState, desired: DesiredState | None) -> Vir
 
 
 def build_view(
-    table: IPVSTable, desired: DesiredState | None = None, service: ObjectKey | None = None
+    table: IPVSTable, owners: Owners | None = None, service: ObjectKey | None = None
 ) -> list[ServicePortView]:
     """Service ports by name, then the unowned virtual servers; only ``service``'s if given."""
     groups: dict[ServicePortName | None, list[VirtualServerRow]] = {}
     for key in sorted(table, key=VirtualServerKey.sort_key):
-        wanted = desired.virtual_servers.get(key) if desired else None
-        owner = wanted.owner if wanted else None
+        wanted = owners.get(key) if owners else None
+        owner = wanted.port if wanted else None
         if service is not None and (owner is None or owner.service != service):
             continue
-        groups.setdefault(owner, []).append(_virtual_row(table[key], desired))
+        groups.setdefault(owner, []).append(_virtual_row(table[key], owners))
     named = sorted((owner for owner in groups if owner is not None), key=str)
     order: list[ServicePortName | None] = [*named, *([None] if None in groups else [])]
     return [ServicePortView(owner, tuple(groups[owner])) for owner in order]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from ipaddress import ip_address
 from typing import Any
 
 from ipvsproxy.kernel.bundle import FakeKernel
@@ -11,6 +12,7 @@ from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     SCHEDULERS,
     BatchResult,
+    BindAddress,
     IPVSOp,
     IPVSTable,
     IPVSTimeouts,
@@ -126,10 +128,18 @@ class RecordingIPVS:
             raise RuntimeError("the IPVS socket is broken")
 
 
+def with_node_interface(fake: FakeKernel, *addresses: str) -> FakeKernel:
+    """``fake`` with the node's own addresses on an ``eth0``, as a node's kernel has them."""
+    fake.addresses.ensure_interface("eth0")
+    fake.addresses.apply("eth0", [BindAddress(ip_address(address)) for address in addresses])
+    return fake
+
+
 class RecordingKernel(FakeKernel):
     def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
         super().__init__()
         self.recording = RecordingIPVS(schedulers)
+        with_node_interface(self, NODE_IP)
 
     def kernel(self) -> Kernel:
         return Kernel(

@@ -26,7 +26,7 @@ from ipvsproxy.cluster.connection import (
 )
 from ipvsproxy.cluster.parse import SnapshotBuilder
 from ipvsproxy.model import ClusterSnapshot, Rejection
-from ipvsproxy.translate.translate import PROXY_NAME_LABEL
+from ipvsproxy.names import PROXY_NAME_LABEL
 
 HEADLESS_LABEL = "service.kubernetes.io/headless"
 # client-go's pager default.

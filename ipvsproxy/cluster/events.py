@@ -237,7 +237,7 @@ class ApiEventSink:
             "creating an Event",
             self._core.create_namespaced_event,
             namespace=namespace,
-            body=client.CoreV1Event.from_dict(body),
+            body=body,
         )
 
     def patch(self, namespace: str, name: str, patch: JsonObject) -> None:

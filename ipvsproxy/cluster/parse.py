@@ -41,7 +41,7 @@ from ipvsproxy.model import (
     TrafficPolicy,
     TransportProtocol,
 )
-from ipvsproxy.translate.translate import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
+from ipvsproxy.names import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
 
 DEFAULT_AFFINITY_TIMEOUT = 10800
 MAX_AFFINITY_TIMEOUT = 86400

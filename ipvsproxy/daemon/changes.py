@@ -21,8 +21,9 @@ class Changes:
     services: frozenset[ObjectKey]
     service_objects: int
     endpoint_slices: frozenset[ObjectKey]
-    # This Node changed (NodePorts, local endpoints and topology may all differ), or which
-    # Node has which address (any service's address may now be refused, or allowed).
+    # This Node or its interfaces' addresses changed (NodePorts, local endpoints and topology
+    # may all differ), or which Node has which address (any service's address may now be
+    # refused, or allowed).
     node: bool
     # When the changes behind the changed slices happened (their trigger-time annotation).
     trigger_times: tuple[float, ...] = ()
@@ -69,6 +70,7 @@ def diff(
         service_objects=len(services),
         endpoint_slices=frozenset(slices),
         node=before.node != after.node
+        or before.local_addresses != after.local_addresses
         or (
             before.nodes_by_address is not after.nodes_by_address
             and before.nodes_by_address != after.nodes_by_address

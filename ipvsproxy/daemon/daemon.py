@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -22,13 +22,22 @@ from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.events import EventRecorder
 from ipvsproxy.daemon.health import ProxierHealth
 from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
-from ipvsproxy.daemon.http import HttpHub, HttpLimits, HttpListener
+from ipvsproxy.daemon.http import (
+    TEXT,
+    Handler,
+    HttpHub,
+    HttpLimits,
+    HttpListener,
+    PathHandler,
+    Response,
+)
 from ipvsproxy.daemon.metrics import Metrics
 from ipvsproxy.daemon.nodeports import (
     HealthCheckNodePorts,
     health_check_hosts,
     local_endpoint_counts,
 )
+from ipvsproxy.daemon.port_holder import cannot_listen
 from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource
@@ -36,9 +45,11 @@ from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
 from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
+from ipvsproxy.owners import PATH as OWNERS
+from ipvsproxy.owners import owners_json, service_of
 from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.quarantine import Quarantine
-from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings
+from ipvsproxy.reconcile.reconciler import Reconciler, ReconcilerSettings, SyncResult
 from ipvsproxy.supervise import RestartPolicy, Supervisor, Worker, stop_all
 from ipvsproxy.translate import Settings
 
@@ -72,6 +83,10 @@ class DaemonOptions:
     node_name: str = ""
 
 
+class ServeError(Exception):
+    """A server cannot listen; the message names the address, why, and what holds it."""
+
+
 class Daemon:
     def __init__(
         self,
@@ -101,6 +116,7 @@ class Daemon:
         self.health = ProxierHealth(timeout=2 * options.sync_period, failing=self.workers.failing)
         self.http = HttpHub(self.workers, options.http)
         self.metrics.watch_http(self.http)
+        self.metrics.watch_programmed(lambda: self.syncer.last_desired)
         self.health_check_ports = HealthCheckNodePorts(self.http, options.health_check_host)
         self.events = (
             EventRecorder(
@@ -148,18 +164,38 @@ class Daemon:
     # -- running --------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Serve /healthz, /livez and /metrics (each only if given an address)."""
+        """Serve /healthz, /livez and /metrics (each only if given an address); ServeError
+        if one cannot listen."""
         options, metrics = self._options, self.metrics
         if options.healthz is not None:
             routes = {
                 "/healthz": metrics.counted(metrics.healthz, self.health.healthz),
                 "/livez": metrics.counted(metrics.livez, self.health.livez),
             }
-            self._listeners.append(self.http.serve(*options.healthz, routes))
+            self._listen("/healthz and /livez (--healthz-bind-address)", options.healthz, routes)
         if options.metrics is not None:
-            routes = {"/metrics": metrics.response}
-            self._listeners.append(self.http.serve(*options.metrics, routes))
+            # The translation's owners for `ipvsproxy show` beside /metrics, as kube-proxy
+            # serves /configz there: on loopback unless the metrics are exposed.
+            routes = {"/metrics": metrics.response, OWNERS: self._owners}
+            prefixes = {f"{OWNERS}/": self._owners}
+            what = "/metrics (--metrics-bind-address)"
+            self._listen(what, options.metrics, routes, prefixes)
         self.http.start()
+
+    def _listen(
+        self,
+        what: str,
+        address: tuple[str, int],
+        routes: Mapping[str, Handler],
+        prefixes: Mapping[str, PathHandler] | None = None,
+    ) -> None:
+        try:
+            self._listeners.append(self.http.serve(*address, routes, prefixes))
+        except OSError as error:
+            for listener in self._listeners:
+                listener.close()
+            self._listeners.clear()
+            raise ServeError(cannot_listen(what, *address, error)) from None
 
     @property
     def ports(self) -> list[int]:
@@ -233,6 +269,7 @@ class Daemon:
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""
         assert self._source is not None
+        log.debug("syncing")
         self.health.sync_began()
         with self._pending_lock:
             self._pending.clear()
@@ -272,11 +309,17 @@ class Daemon:
     def _record(self, report: SyncReport) -> None:
         result, metrics = report.result, self.metrics
         metrics.sync_duration.observe(report.seconds)
-        metrics.syncs.labels(mode=report.mode.value, result="ok" if result.ok else "failed").inc()
+        if report.mode is SyncMode.FULL:
+            metrics.full_sync_duration.observe(report.seconds)
+            metrics.last_full_sync.set_to_current_time()
+        else:
+            metrics.partial_sync_duration.observe(report.seconds)
+        metrics.syncs.labels(mode=report.mode.value, result=_result(result)).inc()
         metrics.service_changes.inc(report.changes.service_objects)
         metrics.endpoint_changes.inc(report.changes.endpoint_slice_objects)
         for op in result.applied:
             metrics.kernel_operations.labels(kind=type(op).__name__, result="ok").inc()
+            log.debug("applied: %s", describe(op))
         refused = set(result.refused)
         for failure in result.failures:
             metrics.kernel_operations.labels(kind=type(failure.op).__name__, result="error").inc()
@@ -310,6 +353,23 @@ class Daemon:
             },
         )
 
+    def _owners(self, subpath: str = "") -> Response:
+        """Every virtual server's owner, or one Service's (``/owners/NAMESPACE/NAME``)."""
+        service = service_of(subpath) if subpath else None
+        if subpath and service is None:
+            return Response(404, TEXT, b"not /owners/NAMESPACE/NAME\n")
+        body = owners_json(self.syncer.last_desired, service)
+        return Response(200, "application/json", body)
+
     def _traffic(self) -> tuple[IPVSTable, DesiredState | None]:
         assert self._options.traffic is not None
         return self._options.traffic(), self.syncer.last_desired
+
+
+def _result(result: SyncResult) -> str:
+    """A sync's result label: ``refused`` when all that failed were objects the kernel will
+    not take, each held in quarantine (its own metrics and alert tell of them), so that
+    ``failed`` means something a retry may fix."""
+    if result.ok:
+        return "ok"
+    return "refused" if len(result.refused) == len(result.failures) else "failed"

@@ -37,6 +37,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from http import HTTPStatus
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -55,6 +56,8 @@ class Response:
 
 
 Handler = Callable[[], Response]
+# Answers every path under a prefix ("/owners/"), given the rest of the path.
+PathHandler = Callable[[str], Response]
 # A route for every path no other route names (kube-proxy's health-check ports answer any path).
 ANY_PATH = "*"
 TEXT = "text/plain; charset=utf-8"
@@ -108,6 +111,7 @@ class _Listener:
     socket: socket.socket
     routes: Mapping[str, Handler]
     port: int
+    prefixes: Mapping[str, PathHandler] = field(default_factory=dict)
     # The connection whose request a handler thread is answering.
     handling: _Connection | None = None
     waiting: deque[_Connection] = field(default_factory=deque)
@@ -166,6 +170,13 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _under(prefixes: Mapping[str, PathHandler], path: str) -> Handler | None:
+    for prefix, handler in prefixes.items():
+        if path.startswith(prefix):
+            return partial(handler, path.removeprefix(prefix))
+    return None
 
 
 def _head_end(inbox: bytearray) -> int:
@@ -254,10 +265,17 @@ class HttpHub:
 
     # -- what other threads call ----------------------------------------------------------------
 
-    def serve(self, host: str, port: int, routes: Mapping[str, Handler]) -> HttpListener:
-        """Listen on ``host:port`` (port 0: any free port) and answer from ``routes``."""
+    def serve(
+        self,
+        host: str,
+        port: int,
+        routes: Mapping[str, Handler],
+        prefixes: Mapping[str, PathHandler] | None = None,
+    ) -> HttpListener:
+        """Listen on ``host:port`` (port 0: any free port) and answer from ``routes``, and
+        from ``prefixes`` for the paths under one that no route names."""
         sock = _listening_socket(host, port)
-        listener = _Listener(sock, routes, int(sock.getsockname()[1]))
+        listener = _Listener(sock, routes, int(sock.getsockname()[1]), dict(prefixes or {}))
         with self._lock:
             self._listeners.append(listener)
             self._listeners_changed = True
@@ -514,7 +532,8 @@ class HttpHub:
             return
         method, path = request
         routes = connection.listener.routes
-        handler = routes.get(path) or routes.get(ANY_PATH)
+        handler = routes.get(path) or _under(connection.listener.prefixes, path)
+        handler = handler or routes.get(ANY_PATH)
         if handler is None:
             self._respond(selector, connection, _NOT_FOUND, method)
             return

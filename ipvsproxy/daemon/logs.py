@@ -54,4 +54,25 @@ def configure(logging_format: str, verbosity: int) -> None:
     handler.setFormatter(JsonFormatter() if logging_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.INFO)
+    root.setLevel(logging.INFO)
+    # Debug detail is ours: pyroute2's (every netlink message it decodes) would bury it.
+    own = logging.getLogger(__name__.split(".", 1)[0])
+    own.setLevel(logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.NOTSET)
+
+
+def fatal_line(logging_format: str, message: str, error: BaseException | None = None) -> str:
+    """The error that ends the command, as its logs read: one JSON object (with ``error``'s
+    traceback) for json, else ``ipvsproxy: message`` as every command's errors."""
+    if logging_format != "json":
+        return f"ipvsproxy: {message}"
+    exc_info = (type(error), error, error.__traceback__) if error is not None else None
+    record = logging.makeLogRecord(
+        {
+            "name": "ipvsproxy",
+            "levelno": logging.CRITICAL,
+            "levelname": "CRITICAL",
+            "msg": message,
+            "exc_info": exc_info,
+        }
+    )
+    return JsonFormatter().format(record)

@@ -16,7 +16,8 @@ from ipvsproxy.cluster.connection import ApiError, connect
 from ipvsproxy.cluster.events import ApiEventSink
 from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, parse_bind_address, reconciler_settings
-from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions, ServeError
+from ipvsproxy.daemon.errors import DaemonError
 from ipvsproxy.daemon.http import HttpLimits
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
@@ -27,10 +28,6 @@ from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
 from ipvsproxy.model import IPVSTable
 
 log = logging.getLogger(__name__)
-
-
-class DaemonError(Exception):
-    """The daemon cannot start; the message is one line."""
 
 
 def _address(text: str, flag: str) -> tuple[str, int] | None:
@@ -81,8 +78,8 @@ def options_from(config: ProxyConfig, *, traffic_metrics: bool, open_files: int)
 def _serving(daemon: Daemon) -> Daemon:
     try:
         daemon.serve()
-    except OSError as error:
-        raise DaemonError(f"cannot serve health or metrics: {error.strerror}") from None
+    except ServeError as error:
+        raise DaemonError(str(error)) from None
     return daemon
 
 

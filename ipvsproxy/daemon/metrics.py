@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import platform
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -21,9 +25,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ipvsproxy import __version__
 from ipvsproxy.daemon.http import DROP_REASONS, HttpHub, Response
-from ipvsproxy.model import DesiredState, IPVSTable, TrafficStats
+from ipvsproxy.model import DesiredState, IPVSTable, SkipReason, TrafficStats
+from ipvsproxy.reconcile.drift import DRIFT_KINDS
 from ipvsproxy.supervise import Supervisor
+
+# ipvsproxy_syncs_total's results (daemon._result), "error" when the sync itself raised.
+SYNC_RESULTS = ("ok", "refused", "failed", "error")
 
 
 def _linear(start: float, width: float, count: int) -> list[float]:
@@ -41,7 +50,9 @@ NETWORK_PROGRAMMING_BUCKETS = [
 
 
 class _NoLocalEndpoints(Collector):
-    """kube-proxy exports this as a gauge named ``_total``; untyped keeps it and promtool happy."""
+    """kube-proxy exports this as a gauge named ``_total``, which promtool's lint refuses (a
+    gauge's name never ends in _total); untyped carries the same samples under the same name,
+    and a query or alert cannot tell the two apart."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {"internal": 0, "external": 0}
@@ -120,6 +131,33 @@ class _Http(Collector):
             "ipvsproxy_http_accept_pauses",
             "Pauses of accepting connections for want of file descriptors",
             value=self._hub.accept_pauses,
+        )
+
+
+class _Programmed(Collector):
+    """What the last sync programmed, counted at scrape time (a sync never pays for it)."""
+
+    def __init__(self, desired: Callable[[], DesiredState | None]) -> None:
+        self._desired = desired
+
+    def collect(self) -> Iterable[Metric]:
+        desired = self._desired()
+        if desired is None:
+            return
+        yield GaugeMetricFamily(
+            "ipvsproxy_virtual_servers",
+            "IPVS virtual servers the last sync wanted",
+            value=len(desired.virtual_servers),
+        )
+        yield GaugeMetricFamily(
+            "ipvsproxy_real_servers",
+            "IPVS real servers (endpoints) of those virtual servers",
+            value=sum(len(wanted.real_servers) for wanted in desired.virtual_servers.values()),
+        )
+        yield GaugeMetricFamily(
+            "ipvsproxy_bound_addresses",
+            "Addresses bound on kube-ipvs0",
+            value=len(desired.bound_addresses),
         )
 
 
@@ -202,10 +240,37 @@ class Metrics:
 
     def __init__(self, traffic: TrafficSource | None = None) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        # process_* (memory, CPU, descriptors), python_info and python_gc_*, as every Go
+        # component's process_* and go_* are there for the same dashboards.
+        for default in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            registry.register(default)
+        Gauge(
+            "ipvsproxy_build_info",
+            "ipvsproxy's version and the Python running it (always 1)",
+            ["version", "python_version"],
+            registry=registry,
+        ).labels(version=__version__, python_version=platform.python_version()).set(1)
         self.sync_duration = Histogram(
             "kubeproxy_sync_proxy_rules_duration_seconds",
             "SyncProxyRules latency in seconds",
             buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.full_sync_duration = Histogram(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for full resyncs",
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.partial_sync_duration = Histogram(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for partial resyncs",
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.last_full_sync = Gauge(
+            "ipvsproxy_full_sync_last_timestamp_seconds",
+            "The last time a full sync (the kernel read whole, drift repaired) finished",
             registry=registry,
         )
         self.last_sync = Gauge(
@@ -307,7 +372,8 @@ class Metrics:
         )
         self.syncs = Counter(
             "ipvsproxy_syncs",
-            "Syncs, by mode (full or incremental) and result (ok or failed)",
+            "Syncs, by mode (full or incremental) and result (ok; refused: only objects the "
+            "kernel will not take failed, held in quarantine; failed; error)",
             ["mode", "result"],
             registry=registry,
         )
@@ -332,6 +398,15 @@ class Metrics:
             ["worker"],
             registry=registry,
         )
+        # Counted from 0, not from their first event: a series that appears at 1 shows no
+        # increase() and no rate(), and the alerts on it would never fire.
+        for reason in SkipReason:
+            self.objects_skipped.labels(reason=reason.value)
+        for kind in DRIFT_KINDS:
+            self.drift_repairs.labels(kind=kind)
+        for mode in ("full", "incremental"):
+            for result in SYNC_RESULTS:
+                self.syncs.labels(mode=mode, result=result)
         if traffic is not None:
             registry.register(_Traffic(traffic))
 
@@ -343,6 +418,9 @@ class Metrics:
 
     def watch_http(self, hub: HttpHub) -> None:
         self.registry.register(_Http(hub))
+
+    def watch_programmed(self, desired: Callable[[], DesiredState | None]) -> None:
+        self.registry.register(_Programmed(desired))
 
     def counted(self, counter: Counter, handler: Callable[[], Response]) -> Callable[[], Response]:
         """``handler``, counting each answer's status code in ``counter``."""

@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
+from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
+    DUMMY_INTERFACE,
     ChangedKeys,
     ClusterSnapshot,
     DesiredState,
@@ -101,6 +103,11 @@ class Syncer:
     ) -> SyncReport:
         """``changed``: the objects that may differ from the last snapshot given, if known."""
         started = time.perf_counter()
+        # The node's own addresses, as kube-proxy reads them at every sync: a change counts as
+        # a change of the Node (cheap to read while nothing changed: see local_addresses).
+        snapshot = replace(
+            snapshot, local_addresses=self._kernel.addresses.local_addresses(DUMMY_INTERFACE)
+        )
         # Until this sync has finished, a failure in it leaves the kernel and the kept
         # translation in doubt (and ``changed`` lost): the next sync is then a full one.
         in_doubt, self._full_needed = self._full_needed, True
@@ -114,7 +121,7 @@ class Syncer:
                 snapshot, changes, trusted=not in_doubt and not changes.node
             )
             desired = _with(rejections, desired)
-            result = self._reconciler.sync(desired)
+            result = self._reconciler.sync(desired, progress=ProgressLog(self._clock))
         else:
             mode = SyncMode.INCREMENTAL
             translated = self._incremental.update(

@@ -113,8 +113,8 @@ def decode_flow(message: Any) -> Flow | None:
     )
 
 
-def _delete_body(flow: Flow) -> bytes:
-    """An IPCTNL_MSG_CT_DELETE body naming the flow by its original tuple."""
+def delete_request(flow: Flow) -> Request:
+    """An IPCTNL_MSG_CT_DELETE request naming the flow by its original tuple."""
     v6 = flow.client.version == 6
     addresses = attribute(CTA_IP_V6_SRC if v6 else CTA_IP_V4_SRC, flow.client.packed)
     addresses += attribute(CTA_IP_V6_DST if v6 else CTA_IP_V4_DST, flow.service.address.packed)
@@ -124,7 +124,7 @@ def _delete_body(flow: Flow) -> bytes:
     original = attribute(NLA_F_NESTED | CTA_TUPLE_IP, addresses)
     original += attribute(NLA_F_NESTED | CTA_TUPLE_PROTO, ports)
     header = NFGEN_HEADER.pack(_family(flow.client), NFNETLINK_V0, 0)
-    return header + attribute(NLA_F_NESTED | CTA_TUPLE_ORIG, original)
+    return CT_DELETE, 0, header + attribute(NLA_F_NESTED | CTA_TUPLE_ORIG, original)
 
 
 def original_tuple(flow: Flow) -> NFCTAttrTuple:
@@ -175,7 +175,7 @@ class NetlinkConntrack:
         requested_by: list[int] = []
         for flow in self._flows_to({(service, endpoint) for service, endpoint in targets}):
             for index in owners.get(flow.target(), ()):
-                requests.append((CT_DELETE, 0, _delete_body(flow)))
+                requests.append(delete_request(flow))
                 requested_by.append(index)
         results: list[int | OpError] = [0] * len(targets)
         for index, error in zip(requested_by, self._socket.apply(requests), strict=True):

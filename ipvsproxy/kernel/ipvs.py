@@ -190,6 +190,22 @@ def _encode_attrs(attrs: list[tuple[str, Any]]) -> bytes:
     )
 
 
+def genl_body(command: int, attrs: list[tuple[str, Any]]) -> bytes:
+    """A request's generic netlink header and attributes: what follows the netlink header."""
+    return GENL_HEADER.pack(command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
+
+
+def encode_op(op: IPVSOp) -> tuple[int, bytes]:
+    """The extra netlink flags and the body of the request that carries ``op``."""
+    command, flags, attrs = _request(op)
+    return flags, genl_body(command, attrs)
+
+
+def encode_timeouts(timeouts: IPVSTimeouts) -> bytes:
+    """The body of the request that sets the timeouts (ipvsadm --set)."""
+    return genl_body(genl_ipvs.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
+
+
 def _timeout_attrs(timeouts: IPVSTimeouts) -> list[tuple[str, Any]]:
     """The timeouts to set: the kernel leaves one it is not given (or given 0) as it is."""
     return [
@@ -255,6 +271,16 @@ def _reply(message: bytes, kind: str) -> Attributes:
     return _nested(top[_T[kind]])
 
 
+def decode_timeouts(message: bytes) -> IPVSTimeouts:
+    """The timeouts of the kernel's answer to IPVS_CMD_GET_CONFIG."""
+    found = _nested(message[NLMSG_HEADER.size + GENL_HEADER.size :])
+    return IPVSTimeouts(
+        tcp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP"),
+        tcp_fin=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP_FIN"),
+        udp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_UDP"),
+    )
+
+
 def _virtual_server(attrs: Attributes) -> VirtualServer | None:
     """None for what we do not manage (firewall-mark services)."""
     if _number(attrs, "IPVS_SVC_ATTR_FWMARK"):
@@ -316,33 +342,24 @@ class NetlinkIPVS:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _body(self, command: int, attrs: list[tuple[str, Any]]) -> bytes:
-        return GENL_HEADER.pack(command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
-
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         requests = []
         for op in ops:
-            command, flags, attrs = _request(op)
-            requests.append((self._family_id, flags, self._body(command, attrs)))
+            flags, body = encode_op(op)
+            requests.append((self._family_id, flags, body))
         return self._socket.apply(requests)
 
     def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[bytes]:
-        return self._socket.request(self._family_id, NLM_F_DUMP, self._body(command, attrs))
+        return self._socket.request(self._family_id, NLM_F_DUMP, genl_body(command, attrs))
 
     def timeouts(self) -> IPVSTimeouts:
         (reply,) = self._socket.request(
-            self._family_id, 0, self._body(genl_ipvs.IPVS_CMD_GET_CONFIG, [])
+            self._family_id, 0, genl_body(genl_ipvs.IPVS_CMD_GET_CONFIG, [])
         )
-        found = _nested(reply[NLMSG_HEADER.size + GENL_HEADER.size :])
-        return IPVSTimeouts(
-            tcp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP"),
-            tcp_fin=_number(found, "IPVS_CMD_ATTR_TIMEOUT_TCP_FIN"),
-            udp=_number(found, "IPVS_CMD_ATTR_TIMEOUT_UDP"),
-        )
+        return decode_timeouts(reply)
 
     def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
-        body = self._body(genl_ipvs.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
-        self._socket.request(self._family_id, 0, body)
+        self._socket.request(self._family_id, 0, encode_timeouts(timeouts))
 
     def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         """Every virtual server, then the destinations of each, one dump request apiece.
@@ -363,7 +380,7 @@ class NetlinkIPVS:
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         """One GET_SERVICE for the service, one GET_DEST dump for its destinations."""
-        body = self._body(genl_ipvs.IPVS_CMD_GET_SERVICE, _service_request(key))
+        body = genl_body(genl_ipvs.IPVS_CMD_GET_SERVICE, _service_request(key))
         try:
             (message,) = self._socket.request(self._family_id, 0, body)
         except OSError as error:

@@ -22,6 +22,7 @@ from ipvsproxy.model import (
     IPFamily,
     IPSetContent,
     IPSetSpec,
+    IptablesChainDiff,
     IptablesRuleset,
     IPVSOp,
     IPVSTable,
@@ -77,6 +78,11 @@ class AddressKernel(Protocol):
         """Every address on every interface: the node's own and kube-ipvs0's alike."""
         ...
 
+    def local_addresses(self, except_interface: str) -> frozenset[IPAddress]:
+        """Every address on every interface but ``except_interface`` (an address it shares
+        with another interface included): the node's own, as kube-proxy lists them."""
+        ...
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 
@@ -105,6 +111,10 @@ class IptablesKernel(Protocol):
         """
         ...
 
+    def diff(self, ruleset: IptablesRuleset) -> tuple[IptablesChainDiff, ...]:
+        """What ``restore`` would change, chain by chain (none where the kernel agrees)."""
+        ...
+
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
         """table -> names of the chains that belong to us (KUBE-*) that exist now."""
         ...
@@ -114,7 +124,15 @@ class IptablesKernel(Protocol):
         ...
 
 
+# A kernel module's parameter (/sys/module/MODULE/parameters/NAME) goes by the name
+# ``module.MODULE.parameters.NAME`` and is read and written as a sysctl is.
+MODULE_PREFIX = "module."
+CONNTRACK_HASHSIZE = f"{MODULE_PREFIX}nf_conntrack.parameters.hashsize"
+
+
 class SysctlKernel(Protocol):
+    """Kernel parameters by their sysctl names, and modules' parameters (``MODULE_PREFIX``)."""
+
     def get(self, name: str) -> str | None: ...
 
     def set(self, name: str, value: str) -> None: ...

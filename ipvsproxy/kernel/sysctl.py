@@ -1,4 +1,9 @@
-"""Kernel parameters under /proc/sys, and an in-memory fake that behaves the same."""
+"""Kernel parameters under /proc/sys, and an in-memory fake that behaves the same.
+
+A module's parameters (/sys/module/MODULE/parameters/NAME) are read and written the same
+way, named ``module.MODULE.parameters.NAME``: nf_conntrack's hash size is one, which
+kube-proxy sets beside the conntrack sysctls.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,28 @@ import errno
 import os
 from pathlib import Path
 
-
-def _path(root: Path, name: str) -> Path:
-    return root / name.replace(".", "/")
+from ipvsproxy.kernel.protocols import MODULE_PREFIX
 
 
 class ProcSysctl:
-    def __init__(self, root: Path = Path("/proc/sys")) -> None:
+    def __init__(self, root: Path = Path("/proc/sys"), modules: Path = Path("/sys/module")) -> None:
         self._root = root
+        self._modules = modules
+
+    def _path(self, name: str) -> Path:
+        if name.startswith(MODULE_PREFIX):
+            return self._modules / name.removeprefix(MODULE_PREFIX).replace(".", "/")
+        return self._root / name.replace(".", "/")
 
     def get(self, name: str) -> str | None:
         try:
-            return _path(self._root, name).read_text().strip()
+            return self._path(name).read_text().strip()
         except FileNotFoundError:
             return None
 
     def set(self, name: str, value: str) -> None:
         # r+ rather than w: an unknown name must fail as it does in /proc, never create a file.
-        with _path(self._root, name).open("r+") as parameter:
+        with self._path(name).open("r+") as parameter:
             parameter.write(f"{value}\n")
             parameter.truncate()
 
@@ -44,6 +53,8 @@ FRESH_KERNEL_SYSCTLS = {
 class FakeSysctl:
     def __init__(self, values: dict[str, str] | None = None) -> None:
         self.values = dict(values or {})
+        # As a container's /proc/sys without privileges: readable, every write refused.
+        self.read_only = False
 
     def get(self, name: str) -> str | None:
         return self.values.get(name)
@@ -51,4 +62,6 @@ class FakeSysctl:
     def set(self, name: str, value: str) -> None:
         if name not in self.values:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+        if self.read_only:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), name)
         self.values[name] = value

@@ -3,10 +3,9 @@
 Unlike kube-proxy's cleanup, which flushes the whole IPVS table, ownership is decided from the
 kernel alone, without the cluster:
 
-* a virtual server on an address of kube-ipvs0 is a service address we bound, and so is one
-  whose address, protocol and port are in our service-address ipsets (kube-ipvs0 may be gone);
-* a virtual server on another address of this node is a NodePort when its protocol and port
-  are members of our NodePort ipsets (read before those sets go);
+* the virtual servers the kernel's records say a service proxy made (``ownership``: on
+  kube-ipvs0, in a service-address ipset, or a NodePort on a node address), read before the
+  sets go;
 * our iptables chains (and the jumps to them), then our ipsets (they cannot go while a rule
   refers to them), then kube-ipvs0 itself.
 
@@ -15,7 +14,7 @@ The planner is pure; the executor applies a plan and reports one line per object
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
@@ -27,12 +26,11 @@ from ipvsproxy.model import (
     DeleteVirtualServer,
     IPAddress,
     IPFamily,
-    IPSetContent,
     IPVSTable,
-    TransportProtocol,
     VirtualServerKey,
 )
-from ipvsproxy.translate.ipsets import SETS, set_name
+from ipvsproxy.names import SETS, set_name
+from ipvsproxy.reconcile.ownership import IPSets, made_by_a_proxy
 
 # Sets kube-proxy's IPVS mode made in past releases that ipvsproxy does not.
 KUBE_PROXY_ONLY_SETS = ("KUBE-LOAD-BALANCER-MASQ",)
@@ -41,19 +39,7 @@ OUR_SETS = frozenset(
     set_name(base, family) for base in (*SETS, *KUBE_PROXY_ONLY_SETS) for family in IPFamily
 )
 
-# NodePort sets by protocol. TCP and UDP sets are bitmap:port ("30080"); SCTP's are
-# hash:ip,port ("192.168.10.11,sctp:30080").
-_NODE_PORT_SETS: Mapping[TransportProtocol, tuple[str, ...]] = {
-    TransportProtocol.TCP: ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-LOCAL-TCP"),
-    TransportProtocol.UDP: ("KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-LOCAL-UDP"),
-    TransportProtocol.SCTP: ("KUBE-NODE-PORT-SCTP-HASH", "KUBE-NODE-PORT-LOCAL-SCTP-HASH"),
-}
-
-# Sets of "address,protocol:port" entries, one per service address's virtual server.
-_SERVICE_ADDRESS_SETS = ("KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-LOAD-BALANCER")
-
 Chains = Mapping[str, frozenset[str]]  # table -> chain names
-IPSets = Mapping[str, IPSetContent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,28 +96,13 @@ def observe(
     )
 
 
-def _ip_port(key: VirtualServerKey) -> str:
-    return f"{key.address},{key.protocol.value.lower()}:{key.port}"
-
-
-def _in_sets(entry: str, bases: Iterable[str], key: VirtualServerKey, sets: IPSets) -> bool:
-    names = (set_name(base, IPFamily.of(key.address)) for base in bases)
-    return any(entry in sets[name].entries for name in names if name in sets)
-
-
-def _is_node_port(key: VirtualServerKey, sets: IPSets) -> bool:
-    entry = _ip_port(key) if key.protocol is TransportProtocol.SCTP else str(key.port)
-    return _in_sets(entry, _NODE_PORT_SETS[key.protocol], key, sets)
-
-
 def plan_cleanup(observed: ObservedState) -> CleanupPlan:
-    def ours(key: VirtualServerKey) -> bool:
-        if key.address in observed.dummy_addresses:
-            return True
-        if _in_sets(_ip_port(key), _SERVICE_ADDRESS_SETS, key, observed.ipsets):
-            return True
-        return key.address in observed.node_addresses and _is_node_port(key, observed.ipsets)
-
+    ours = partial(
+        made_by_a_proxy,
+        dummy_addresses=observed.dummy_addresses,
+        node_addresses=observed.node_addresses,
+        ipsets=observed.ipsets,
+    )
     return CleanupPlan(
         virtual_servers=tuple(
             sorted((key for key in observed.ipvs if ours(key)), key=VirtualServerKey.sort_key)
@@ -143,6 +114,34 @@ def plan_cleanup(observed: ObservedState) -> CleanupPlan:
         },
         ipsets=tuple(sorted(name for name in observed.ipsets if name in OUR_SETS)),
         delete_interface=observed.dummy_exists,
+    )
+
+
+def _virtual_server(key: VirtualServerKey) -> str:
+    return f"virtual server {key}"
+
+
+def _chains(family: IPFamily, chains: Chains) -> str:
+    names = ", ".join(
+        f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
+    )
+    return f"{family} iptables chains {names}"
+
+
+def _ipset(name: str) -> str:
+    return f"ipset {name}"
+
+
+_INTERFACE = f"interface {DUMMY_INTERFACE}"
+
+
+def planned_removals(plan: CleanupPlan) -> tuple[str, ...]:
+    """What ``execute_cleanup`` would remove, in its order, named as its report names it."""
+    return (
+        *map(_virtual_server, plan.virtual_servers),
+        *(_chains(family, chains) for family, chains in plan.chains.items()),
+        *map(_ipset, plan.ipsets),
+        *((_INTERFACE,) if plan.delete_interface else ()),
     )
 
 
@@ -173,27 +172,32 @@ def execute_cleanup(
     results = ipvs.apply([DeleteVirtualServer(key) for key in plan.virtual_servers])
     for key, result in zip(plan.virtual_servers, results, strict=True):
         if result is None:
-            removed.append(f"removed virtual server {key}")
+            removed.append(f"removed {_virtual_server(key)}")
         else:
-            failed.append(f"could not remove virtual server {key}: {result.message}")
+            failed.append(f"could not remove {_virtual_server(key)}: {result.message}")
     for family, chains in plan.chains.items():
-        names = ", ".join(
-            f"{table}/{chain}" for table in sorted(chains) for chain in sorted(chains[table])
-        )
-        what = f"{family} iptables chains {names}"
+        what = _chains(family, chains)
         _attempt(partial(iptables.remove, family, chains), what, removed, failed)
     for name in plan.ipsets:
-        _attempt(partial(ipsets.destroy, name), f"ipset {name}", removed, failed)
+        _attempt(partial(ipsets.destroy, name), _ipset(name), removed, failed)
     if plan.delete_interface:
-        what = f"interface {DUMMY_INTERFACE}"
-        _attempt(partial(addresses.delete_interface, DUMMY_INTERFACE), what, removed, failed)
+        delete = partial(addresses.delete_interface, DUMMY_INTERFACE)
+        _attempt(delete, _INTERFACE, removed, failed)
     return CleanupReport(tuple(removed), tuple(failed))
+
+
+def plan_leftovers(
+    ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
+) -> tuple[CleanupPlan, tuple[str, ...]]:
+    """What ``ipvsproxy cleanup`` would remove, and what it could not read."""
+    observed = observe(ipvs, addresses, ipsets, iptables)
+    return plan_cleanup(observed), observed.unreadable
 
 
 def remove_leftovers(
     ipvs: IPVSKernel, addresses: AddressKernel, ipsets: IPSetKernel, iptables: IptablesKernel
 ) -> CleanupReport:
     """Observe, plan and remove: what ``ipvsproxy cleanup`` does."""
-    observed = observe(ipvs, addresses, ipsets, iptables)
-    report = execute_cleanup(plan_cleanup(observed), ipvs, addresses, ipsets, iptables)
-    return CleanupReport(report.removed, (*observed.unreadable, *report.failed))
+    plan, unreadable = plan_leftovers(ipvs, addresses, ipsets, iptables)
+    report = execute_cleanup(plan, ipvs, addresses, ipsets, iptables)
+    return CleanupReport(report.removed, (*unreadable, *report.failed))

@@ -15,6 +15,7 @@ from ipvsproxy.model import (
     FlushConntrack,
     IPVSTimeouts,
     PlanOp,
+    ReplaceIPSet,
     RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
@@ -51,6 +52,12 @@ def describe(op: PlanOp) -> str:
             return f"add {_entries(entries)} to ipset {name}"
         case DeleteIPSetEntries(name, entries):
             return f"delete {_entries(entries)} from ipset {name}"
+        case ReplaceIPSet(content):
+            spec = content.spec
+            return (
+                f"replace ipset {spec.name} with a {spec.set_type} {spec.family} set of "
+                f"{len(content.entries)} entries, swapped in"
+            )
         case RestoreIptables(ruleset):
             return f"restore {ruleset.family} iptables chains"
         case AddVirtualServer(server):

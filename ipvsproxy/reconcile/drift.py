@@ -22,9 +22,11 @@ from ipvsproxy.model import (
     EnsureInterface,
     IPAddress,
     IPFamily,
+    IPSetContent,
     IptablesRuleset,
     PlanOp,
     RealServerRef,
+    ReplaceIPSet,
     RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
@@ -72,7 +74,7 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
                 real.add(RealServerRef(key, server.key))
             case BindAddress(address):
                 addresses.add(address)
-            case CreateIPSet(spec):
+            case CreateIPSet(spec) | ReplaceIPSet(IPSetContent(spec)):
                 ipsets.add(spec.name)
             case AddIPSetEntries(name, failed_entries):
                 entries.update((name, e) for e in failed_entries)
@@ -98,6 +100,20 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
 
 def _ruleset(desired: DesiredState, family: IPFamily) -> IptablesRuleset | None:
     return next((r for r in desired.iptables if r.family is family), None)
+
+
+# Every kind ``count_drift`` names (the metric's labels, made before the first repair).
+DRIFT_KINDS = (
+    "interface",
+    "virtual_server",
+    "real_server",
+    "address",
+    "ipset",
+    "ipset_entry",
+    "iptables",
+    "sysctl",
+    "ipvs_timeouts",
+)
 
 
 def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
@@ -128,7 +144,7 @@ def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
                 drift["address"] += (
                     address in before.bound_addresses and address not in record.addresses
                 )
-            case CreateIPSet(spec):
+            case CreateIPSet(spec) | ReplaceIPSet(IPSetContent(spec)):
                 content = before.ipsets.get(spec.name)
                 drift["ipset"] += (
                     content is not None and content.spec == spec and spec.name not in record.ipsets

@@ -7,7 +7,7 @@ from collections.abc import Set as AbstractSet
 from functools import lru_cache
 
 from ipvsproxy.kernel.errors import EntryError
-from ipvsproxy.kernel.ipset.entries import parse_entry
+from ipvsproxy.kernel.ipset.entries import as_listed, parse_entry
 from ipvsproxy.model import (
     AddIPSetEntries,
     CreateIPSet,
@@ -16,6 +16,7 @@ from ipvsproxy.model import (
     IPSetContent,
     IPSetOp,
     IPSetSpec,
+    ReplaceIPSet,
 )
 
 
@@ -40,17 +41,22 @@ def _canonical_of(spec: IPSetSpec, entries: Iterable[str]) -> frozenset[str]:
 def plan_ipsets(
     desired: Mapping[str, IPSetContent], actual: Mapping[str, IPSetContent]
 ) -> tuple[IPSetOp, ...]:
-    """Create missing sets, add missing entries and delete extra ones, set by set."""
+    """Create missing sets, add missing entries and delete extra ones, set by set; a set of
+    another type or with other options (kube-proxy's from another release, or someone's by
+    hand) is replaced whole, never destroyed while rules match it."""
     ops: list[IPSetOp] = []
     for name in sorted(desired):
         wanted = desired[name]
         current = actual.get(name)
+        entries = canonical_entries(wanted)
         if current is None:
             ops.append(CreateIPSet(wanted.spec))
             have: AbstractSet[str] = frozenset()
+        elif current.spec != as_listed(wanted.spec):
+            ops.append(ReplaceIPSet(IPSetContent(wanted.spec, entries)))
+            continue
         else:
             have = current.entries
-        entries = canonical_entries(wanted)
         if missing := entries - have:
             ops.append(AddIPSetEntries(name, tuple(sorted(missing))))
         if extra := have - entries:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -79,11 +79,14 @@ def plan_ipvs(
     actual: IPVSTable,
     owned: frozenset[IPAddress],
     *,
+    claimed: Collection[VirtualServerKey] = frozenset(),
     drains: Mapping[RealServerRef, float] = NO_DRAINS,
     now: float = 0.0,
     grace_period: float = DEFAULT_GRACE_PERIOD,
 ) -> IPVSPlan:
-    """Ops that turn ``actual`` into ``desired``; virtual servers not ``owned`` are left alone.
+    """Ops that turn ``actual`` into ``desired``; virtual servers that are neither on an
+    ``owned`` address nor ``claimed`` (by the kernel's own records, see ``ownership``) are
+    left alone.
 
     ``drains`` maps each real server this process started draining to when it started; a
     weight-0 real server that is not desired and not in it (a restart) starts draining now.
@@ -128,7 +131,7 @@ def plan_ipvs(
         key
         for key in sorted(actual, key=VirtualServerKey.sort_key)
         if key not in desired.virtual_servers
-        and key.address in owned
+        and (key.address in owned or key in claimed)
         and not excluded(key.address, desired)
     ]
     # kube-proxy deletes a stale virtual server outright; its UDP/SCTP flows still need forgetting.

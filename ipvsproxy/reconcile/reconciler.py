@@ -30,10 +30,11 @@ from ipvsproxy.model import (
     VirtualServerState,
     virtual_of,
 )
-from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure, apply_plan
+from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure, Progress, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
 from ipvsproxy.reconcile.held import quarantinable
+from ipvsproxy.reconcile.parameters import LEAVE_CONNTRACK, ConntrackSettings
 from ipvsproxy.reconcile.quarantine import Quarantine, Transition
 from ipvsproxy.reconcile.scoped import plan_change, to_read
 from ipvsproxy.reconcile.state import KernelState, observe
@@ -49,6 +50,8 @@ class ReconcilerSettings:
     strict_arp: bool = False
     # --ipvs-tcp-timeout and friends; 0 leaves the kernel's.
     ipvs_timeouts: IPVSTimeouts = UNSET_TIMEOUTS
+    # --conntrack-max-per-core and friends (kube-proxy's conntrack.*); the default leaves all.
+    conntrack: ConntrackSettings = LEAVE_CONNTRACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +145,21 @@ class Reconciler:
             interface=self._settings.interface,
             strict_arp=self._settings.strict_arp,
             timeouts=self._settings.ipvs_timeouts,
+            conntrack=self._settings.conntrack,
             node_addresses_before=self._node_addresses_before,
         )
 
-    def sync(self, desired: DesiredState, actual: KernelState | None = None) -> SyncResult:
-        """Make the kernel match ``desired``; ``actual`` replaces reading the kernel."""
+    def sync(
+        self,
+        desired: DesiredState,
+        actual: KernelState | None = None,
+        progress: Progress | None = None,
+    ) -> SyncResult:
+        """Make the kernel match ``desired``; ``actual`` replaces reading the kernel;
+        ``progress`` hears of the IPVS writes as they go (see ``apply_plan``)."""
         self._quarantine.sweep(desired)
         held_before = frozenset(self._quarantine.entries())
-        attempt = self._apply(self.plan(desired, actual), None)
+        attempt = self._apply(self.plan(desired, actual), None, progress)
         attempted = [
             *attempt.plan.changes(),
             *(op for op in attempt.outcome.applied if isinstance(op, RestoreIptables)),
@@ -193,10 +203,16 @@ class Reconciler:
         # No drift: the plan holds what the cluster changed, not what a read of the kernel found.
         return self._applied(desired, attempt, kept, Counter())
 
-    def _apply(self, plan: SyncPlan, planned: frozenset[VirtualServerKey] | None) -> _Attempt:
+    def _apply(
+        self,
+        plan: SyncPlan,
+        planned: frozenset[VirtualServerKey] | None,
+        progress: Progress | None = None,
+    ) -> _Attempt:
         """Apply ``plan`` but for what is held in quarantine."""
         held = self._quarantine.hold_back(plan, self._clock(), planned)
-        return _Attempt(held.plan, apply_plan(self._kernel, held.plan), held.ops)
+        outcome = apply_plan(self._kernel, held.plan, progress)
+        return _Attempt(held.plan, outcome, held.ops)
 
     def _read(
         self, keys: Iterable[VirtualServerKey]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.gcpause import without_cyclic_gc
-from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.protocols import Kernel, SysctlKernel
 from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
 from ipvsproxy.reconcile import parameters
 
@@ -18,6 +18,9 @@ class KernelState:
     interface_exists: bool = False
     # Addresses bound on the dummy interface.
     bound_addresses: frozenset[IPAddress] = frozenset()
+    # Every address of the node, on any interface (the dummy one's too): where a NodePort
+    # virtual server a service proxy made can be (see ``ownership``).
+    local_addresses: frozenset[IPAddress] = frozenset()
     ipsets: Mapping[str, IPSetContent] = field(default_factory=lambda: MappingProxyType({}))
     # The kernel parameters planning reads (parameters.READ), a value None where absent;
     # None for parameters not read (an incremental sync trusts the last full one for them).
@@ -29,6 +32,11 @@ class KernelState:
 EMPTY_KERNEL = KernelState(sysctls=MappingProxyType({}), ipvs_timeouts=IPVSTimeouts())
 
 
+def read_parameters(sysctl: SysctlKernel) -> Mapping[str, str | None]:
+    """The kernel parameters planning reads (``parameters.READ``), None where absent."""
+    return MappingProxyType({name: sysctl.get(name) for name in parameters.READ})
+
+
 @without_cyclic_gc
 def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
     return KernelState(
@@ -36,7 +44,8 @@ def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
         ipvs=kernel.ipvs.dump(traffic=False),
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
+        local_addresses=kernel.addresses.all_addresses(),
         ipsets=kernel.ipsets.list_sets(),
-        sysctls=MappingProxyType({name: kernel.sysctl.get(name) for name in parameters.READ}),
+        sysctls=read_parameters(kernel.sysctl),
         ipvs_timeouts=kernel.ipvs.timeouts(),
     )

@@ -27,7 +27,13 @@ from ipvsproxy.reconcile.addresses import plan_addresses
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD
 from ipvsproxy.reconcile.ipsets import plan_ipsets
 from ipvsproxy.reconcile.ipvs_plan import NO_DRAINS, IPVSPlan, owned_addresses, plan_ipvs
-from ipvsproxy.reconcile.parameters import plan_sysctls, plan_timeouts
+from ipvsproxy.reconcile.ownership import made_by_a_proxy
+from ipvsproxy.reconcile.parameters import (
+    LEAVE_CONNTRACK,
+    ConntrackSettings,
+    plan_sysctls,
+    plan_timeouts,
+)
 from ipvsproxy.reconcile.state import KernelState
 
 UNSET_TIMEOUTS = IPVSTimeouts()
@@ -80,18 +86,34 @@ def plan_sync(
     interface: str = DUMMY_INTERFACE,
     strict_arp: bool = False,
     timeouts: IPVSTimeouts = UNSET_TIMEOUTS,
+    conntrack: ConntrackSettings = LEAVE_CONNTRACK,
     node_addresses_before: frozenset[IPAddress] = frozenset(),
 ) -> SyncPlan:
     """Pure: the same inputs give the same plan; ``drains``/``now`` drive graceful termination.
 
-    ``strict_arp`` and ``timeouts`` (--ipvs-strict-arp, --ipvs-*-timeout) choose the kernel
-    parameters to set. ``node_addresses_before``: the node's addresses that carried virtual
-    servers of ours before, as far as this process knows (see ``owned_addresses``).
+    ``strict_arp``, ``timeouts`` and ``conntrack`` (--ipvs-strict-arp, --ipvs-*-timeout,
+    --conntrack-*) choose the kernel parameters to set. ``node_addresses_before``: the node's
+    addresses that carried virtual servers of ours before, as far as this process knows (see
+    ``owned_addresses``).
     """
     bind, unbind = plan_addresses(desired, actual.bound_addresses)
     owned = owned_addresses(desired, actual.bound_addresses, node_addresses_before)
+    # What kube-proxy (or an earlier us) made that the cluster no longer wants: on a node
+    # taken over, its records are the only ones that say so.
+    claimed = frozenset(
+        key
+        for key in actual.ipvs
+        if key not in desired.virtual_servers
+        and key.address not in owned
+        and made_by_a_proxy(
+            key,
+            dummy_addresses=actual.bound_addresses,
+            node_addresses=actual.local_addresses,
+            ipsets=actual.ipsets,
+        )
+    )
     return SyncPlan(
-        sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp),
+        sysctls=plan_sysctls(actual.sysctls, strict_arp=strict_arp, conntrack=conntrack),
         interface=interface,
         create_interface=not actual.interface_exists,
         bind=bind,
@@ -99,7 +121,13 @@ def plan_sync(
         iptables=desired.iptables,
         timeouts=plan_timeouts(timeouts, actual.ipvs_timeouts),
         ipvs=plan_ipvs(
-            desired, actual.ipvs, owned, drains=drains, now=now, grace_period=grace_period
+            desired,
+            actual.ipvs,
+            owned,
+            claimed=claimed,
+            drains=drains,
+            now=now,
+            grace_period=grace_period,
         ),
         unbind=unbind,
     )

@@ -31,7 +31,6 @@ from ipvsproxy.model import (
     DesiredVirtualServer,
     EndpointSlice,
     IPAddress,
-    IPFamily,
     IPSetContent,
     IptablesRuleset,
     ObjectKey,
@@ -58,6 +57,7 @@ from ipvsproxy.translate.settings import Settings
 from ipvsproxy.translate.translate import (
     ServiceCache,
     ServiceState,
+    health_check_families,
     holds_node_port,
     on_node,
     proxied,
@@ -351,17 +351,20 @@ class IncrementalTranslation:
                 self._rejections_changed = True
             new = self._port_holders[key] = winner.service
             if winner.kind is PortUse.HEALTH_CHECK:
-                self._take_health_check(new, key.port)
+                self._take_health_check(new, key.port, node)
         if new != old:
             touched.update(
                 VirtualServerKey(key.protocol, address, key.port)
                 for address in node.node_port_addresses
             )
 
-    def _take_health_check(self, service: ObjectKey, port: int) -> None:
+    def _take_health_check(self, service: ObjectKey, port: int, node: NodeFacts) -> None:
+        # A service has one health-check node port: the one it held goes, whatever the order
+        # its ports are settled in (its old port may be settled after its new one).
+        self._drop_health_check(service)
         state = self._shares[service].state
         assert state is not None
-        families = {IPFamily.of(vs_key.address) for vs_key in state.servers}
+        families = health_check_families(state, node)
         members = tuple(health_check_member(family, port) for family in families)
         for name, entry in members:
             self._entries[name].add(entry)
@@ -371,9 +374,13 @@ class IncrementalTranslation:
 
     def _release_health_check(self, service: ObjectKey, key: NodePortKey) -> None:
         held = self._health_held.get(service)
-        if held is None or held[0] != key.port or key.protocol is not TransportProtocol.TCP:
+        if held is not None and held[0] == key.port and key.protocol is TransportProtocol.TCP:
+            self._drop_health_check(service)
+
+    def _drop_health_check(self, service: ObjectKey) -> None:
+        held = self._health_held.pop(service, None)
+        if held is None:
             return
-        del self._health_held[service]
         for name, entry in held[1]:
             self._entries[name].remove(entry)
         del self._health_checks[service]

@@ -23,14 +23,18 @@ from ipvsproxy.model import (
     IptablesRuleset,
     VirtualServerKey,
 )
-from ipvsproxy.translate.ipsets import SETS, set_name
+from ipvsproxy.names import SETS, set_name
 from ipvsproxy.translate.settings import LocalDetectMode, Settings
 
 Rule = tuple[str, ...]
 
 
-# kube-proxy's iptablesJumpChain, in its order; kube-proxy prepends each to the built-in chain.
-JUMPS = (
+# kube-proxy's iptablesJumpChain, in its order. kube-proxy prepends each in turn to its
+# built-in chain, so within a chain the last listed ends up first: INPUT sends a packet to
+# KUBE-IPVS-FILTER, then KUBE-PROXY-FIREWALL, then KUBE-NODE-PORT. That order decides verdicts
+# (a load balancer's source ranges drop a packet before a health-check node port on the same
+# port accepts it), so ours is the same.
+_KUBE_PROXY_JUMP_CHAIN = (
     IptablesJump("nat", "OUTPUT", "KUBE-SERVICES", "kubernetes service portals"),
     IptablesJump("nat", "PREROUTING", "KUBE-SERVICES", "kubernetes service portals"),
     IptablesJump("nat", "POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules"),
@@ -41,6 +45,8 @@ JUMPS = (
     IptablesJump("filter", "INPUT", "KUBE-IPVS-FILTER", "kubernetes ipvs access filter"),
     IptablesJump("filter", "OUTPUT", "KUBE-IPVS-OUT-FILTER", "kubernetes ipvs access filter"),
 )
+# Each built-in chain's jumps in the order they stand in it.
+JUMPS = tuple(reversed(_KUBE_PROXY_JUMP_CHAIN))
 
 # kube-proxy's ipsetWithIptablesChain: (set, table, chain, protocol, match flags, target).
 # The -LOCAL node-port sets come before their masquerading siblings so they RETURN first.

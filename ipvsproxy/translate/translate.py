@@ -36,6 +36,7 @@ from ipvsproxy.model import (
     VirtualServer,
     VirtualServerKey,
 )
+from ipvsproxy.names import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
@@ -48,9 +49,6 @@ from ipvsproxy.translate.ipsets import Firewall
 from ipvsproxy.translate.node import NodeFacts, address_owner, moved_addresses
 from ipvsproxy.translate.node_ports import NodePortKey, PortUse, refused_node_port
 from ipvsproxy.translate.settings import Settings
-
-PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
-SCHEDULER_ANNOTATION = "ipvsproxy.io/scheduler"
 
 
 class _Rejected(ValueError):
@@ -524,6 +522,17 @@ def health_check_node_port(service: Service) -> int | None:
     ):
         return service.health_check_node_port
     return None
+
+
+def health_check_families(found: ServiceState, node: NodeFacts) -> set[IPFamily]:
+    """The families whose KUBE-HEALTH-CHECK-NODE-PORT set opens the service's health-check
+    node port: those it has virtual servers in, where the node has NodePort addresses.
+
+    The health-check server listens on those addresses alone; with none of a family (a
+    --nodeport-addresses that matches nothing) there is nothing to let packets through to.
+    """
+    families = {IPFamily.of(vs_key.address) for vs_key in found.servers}
+    return {f for f in families if any(IPFamily.of(a) is f for a in node.node_port_addresses)}
 
 
 def translate_service(

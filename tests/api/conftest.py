@@ -14,6 +14,7 @@ from tests.api.fake_apiserver import FakeApiServer
 from tests.api.kube import SESSION_APISERVER_ARGS, Kube, namespace_for
 from tests.controlplane.build import located
 from tests.controlplane.cluster import ControlPlane
+from tests.requires import missing
 
 # No waiting between retries: the tests check outcomes, not time.
 FAST_RETRY = RetryPolicy(attempts=3, first_delay=0.0, max_delay=0.0)
@@ -26,15 +27,21 @@ NEEDS_THE_FAKE = "Needs the fake:"
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd and kube-apiserver, once for the session (see ``tests/api/kube.py`` for why they
-    run as they do)."""
+def controlplane_binaries() -> Path:
+    """The folder of the real etcd, kube-apiserver, kube-controller-manager and kube-proxy."""
     binaries = located()
     if binaries is None:
-        message = "the control plane is not built: run `nox -s controlplane` (or `nox -s tests`)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("the control plane is not built: run `nox -s controlplane` (or `nox -s tests`)")
+    return binaries
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    controlplane_binaries: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver, once for the session (see ``tests/api/kube.py`` for why they
+    run as they do)."""
+    binaries = controlplane_binaries
     # etcd's data in memory: --unsafe-no-fsync alone still writes every change to disk.
     parent = TMPFS if TMPFS.is_dir() and os.access(TMPFS, os.W_OK) else None
     folder = Path(

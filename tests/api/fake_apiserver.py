@@ -218,6 +218,14 @@ class _Query:
         )
 
 
+def query_flag(query: Mapping[str, str], name: str) -> bool:
+    """A boolean query parameter as kube-apiserver reads one (apimachinery's
+    Convert_Slice_string_To_bool): absent, "0" or "false" in any case is false, anything else
+    true. The kubernetes client 29 sends Python's "True"; 37 sends "true"."""
+    value = query.get(name)
+    return value is not None and value.lower() not in ("0", "false")
+
+
 def _sort_key(obj: JsonObject) -> tuple[str, str]:
     metadata = obj["metadata"]
     return (metadata.get("namespace", ""), metadata["name"])
@@ -551,7 +559,7 @@ class _Handler(BaseHTTPRequestHandler):
             if kind is not None
             else None
         )
-        if selected is not None and query.get("watch") in ("true", "1"):
+        if selected is not None and query_flag(query, "watch"):
             self._watch(selected, query)
         elif selected is not None:
             self._list(selected, query)
@@ -641,7 +649,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, body)
 
     def _watch(self, selected: _Query, query: Mapping[str, str]) -> None:
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        bookmarks = query_flag(query, "allowWatchBookmarks")
         timeout = min(float(query.get("timeoutSeconds") or MAX_WAIT), MAX_WAIT)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -62,6 +62,7 @@ KINDS = {
     "Node": Kind("v1", "nodes", namespaced=False),
     "Namespace": Kind("v1", "namespaces", namespaced=False),
     "ServiceAccount": Kind("v1", "serviceaccounts"),
+    "Pod": Kind("v1", "pods"),
     "Secret": Kind("v1", "secrets"),
     "Event": Kind("v1", "events"),
     "ClusterRole": Kind(f"{RBAC_GROUP}/v1", "clusterroles", namespaced=False),

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -31,6 +29,7 @@ from ipvsproxy.model import (
 from tests.api.conftest import FAST_RETRY, REAL_TIMEOUTS
 from tests.api.daemons import PATIENCE, Daemons, Running, eventually, get, vip
 from tests.api.kube import JsonObject, Kube, reading
+from tests.chart.observability_kit import exported_names, names_in_chart, promtool
 from tests.daemon_kit import NODE, cluster, endpoint_slice, node, service
 
 
@@ -208,14 +207,8 @@ def test_metrics_carry_kube_proxys_names_and_pass_promtool(
 
 
 def assert_promtool_accepts(text: str) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        message = "promtool is missing (Debian's prometheus package)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
     checked = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout + checked.stderr == ""
@@ -282,17 +275,29 @@ def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
     def full_syncs() -> float:
         return sum(
             running.sample("ipvsproxy_syncs_total", mode="full", result=result)
-            for result in ("ok", "failed")
+            for result in ("ok", "refused", "failed")
         )
 
     def events() -> list[JsonObject]:
-        return kube.list_items("Event", kube.namespace)
+        # Ours only: the API server writes its own (its cluster IP repair loop, for one).
+        listed = kube.list_items("Event", kube.namespace)
+        return [event for event in listed if event.get("reportingComponent") == "ipvsproxy"]
 
     assert eventually(lambda: quarantined() == 1 and quarantined("scheduler") == 1)
     labels = {"kind": "virtual_server", "reason": "scheduler_unavailable"}
     assert running.sample("ipvsproxy_objects_quarantined_total", **labels) == 1
     assert_promtool_accepts(get(running.metrics, "/metrics")[1])
-    assert eventually(lambda: len(events()) == 1)
+
+    def written() -> dict[str, float]:
+        results = ("created", "patched", "filtered", "dropped", "failed")
+        return {
+            result: running.sample("ipvsproxy_events_total", result=result) for result in results
+        }
+
+    def told() -> list[tuple[str, str, str]]:
+        return [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in events()]
+
+    assert eventually(lambda: len(events()) == 1), (told(), written())
     (event,) = events()
     assert event["involvedObject"] == {
         "kind": "Service",
@@ -344,3 +349,35 @@ def test_a_service_whose_scheduler_the_kernel_refuses_costs_only_itself(
     assert (accepted["type"], accepted["reason"]) == ("Normal", "KernelAccepted")
     assert full_syncs() == full
     assert running.sample("ipvsproxy_events_total", result="created") == 2
+
+
+def test_every_metric_the_charts_alerts_and_dashboard_read_is_exported(
+    kube: Kube, real_api: ApiConnection, daemons: Daemons
+) -> None:
+    """Scraped from a daemon that has synced; metrics with labels are there before their first
+    sample (their HELP and TYPE lines), as Prometheus' metadata shows them."""
+    kube.add_all(cluster(3))
+    running = start(daemons, kube, real_api)
+    assert running.daemon.synced.wait(PATIENCE)
+    status, text = get(running.metrics, "/metrics")
+    assert status == 200
+    exported = exported_names(text)
+    missing = {
+        title: sorted(names - exported)
+        for title, names in names_in_chart().items()
+        if names - exported
+    }
+    assert missing == {}
+    for name in ("process_resident_memory_bytes", "python_info", "ipvsproxy_build_info"):
+        assert name in exported
+    # Ours and the kubernetes Service (which has no endpoints here).
+    assert running.sample("ipvsproxy_virtual_servers") == 4
+    assert running.sample("ipvsproxy_real_servers") == 6
+    assert running.sample("ipvsproxy_bound_addresses") == 4
+    assert running.sample("kubeproxy_sync_full_proxy_rules_duration_seconds_count") == 1
+    assert running.sample("ipvsproxy_full_sync_last_timestamp_seconds") > 0
+    kube.add(endpoint_slice(1, endpoints=3))
+    assert eventually(
+        lambda: running.sample("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 1
+    )
+    assert eventually(lambda: running.sample("ipvsproxy_real_servers") == 7)

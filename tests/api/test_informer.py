@@ -20,7 +20,7 @@ from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
 from ipvsproxy.cluster.source import load_objects
 from ipvsproxy.model import ChangedKeys, ObjectKey
 from tests.api.conftest import FAST_RETRY
-from tests.api.fake_apiserver import SERVICE, FakeApiServer
+from tests.api.fake_apiserver import SERVICE, FakeApiServer, query_flag
 from tests.api.kube import Kube
 from tests.api.test_read_cluster import EXAMPLE, PROXY_LABEL, endpoint_slice, load_example, service
 
@@ -427,7 +427,7 @@ def requests_for(fake: FakeApiServer, *, watch: bool) -> int:
         1
         for r in fake.requests
         if r.path == SERVICE.path
-        and (r.query.get("watch") == "true") == watch
+        and query_flag(r.query, "watch") == watch
         and "continue" not in r.query
     )
 

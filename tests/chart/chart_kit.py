@@ -56,6 +56,11 @@ def proxy_container(objects: list[Manifest]) -> Manifest:
     return container
 
 
+def init_containers(objects: list[Manifest]) -> dict[str, Manifest]:
+    """The pod's init containers by name."""
+    return {c["name"]: c for c in pod_spec(objects).get("initContainers", [])}
+
+
 def config_files(objects: list[Manifest]) -> dict[str, str]:
     data: dict[str, str] = only(objects, "ConfigMap")["data"]
     return data

@@ -106,7 +106,14 @@ def test_notes_say_how_to_check_the_proxy() -> None:
 
 
 def test_no_object_carries_an_empty_or_unrendered_value() -> None:
-    for obj in render({"metrics": {"bindAddress": "0.0.0.0"}, "cleanupKubeProxy": True}):
+    for obj in render({"metrics": {"bindAddress": "0.0.0.0"}, "migration": {"enabled": True}}):
         for value in walk(obj):
             assert value is not None, obj["kind"]
             assert not (isinstance(value, str) and "{{" in value), obj["kind"]
+
+
+def test_the_notes_tell_how_to_take_a_node_over_while_migrating() -> None:
+    text = notes({"migration": {"enabled": True}})
+    assert "kubectl label node NODE ipvsproxy.io/proxy=ipvsproxy" in text
+    assert "kubectl label node NODE ipvsproxy.io/proxy-" in text
+    assert "label node" not in notes()

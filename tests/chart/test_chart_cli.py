@@ -49,6 +49,8 @@ def test_the_proxy_containers_run_command_parses(option: str) -> None:
     _parsed(container)
 
 
-def test_the_cleanup_init_containers_command_parses() -> None:
-    (init,) = pod_spec(render({"cleanupKubeProxy": True}))["initContainers"]
-    _parsed(init)
+def test_the_init_containers_command_parses() -> None:
+    inits = pod_spec(render())["initContainers"]
+    assert [init["name"] for init in inits] == ["kernel-parameters"]
+    for init in inits:
+        _parsed(init)

@@ -67,6 +67,40 @@ def test_every_ipvs_and_proxy_value_reaches_the_config(tmp_path: Path) -> None:
     assert config.metrics_bind_address == "0.0.0.0:20249"
 
 
+def test_timeouts_masquerade_bit_and_conntrack_reach_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What --config makes extraArgs unable to set has values of its own."""
+    monkeypatch.setattr("ipvsproxy.config.node_cpus", lambda: 8)
+    values = {
+        "ipvs": {"tcpTimeout": "15m", "tcpFinTimeout": "2m", "udpTimeout": "5m"},
+        "masqueradeBit": 13,
+        "conntrack": {"maxPerCore": 65536, "min": 100000, "tcpEstablishedTimeout": "2h",
+                      "tcpCloseWaitTimeout": "30m", "tcpBeLiberal": True, "udpTimeout": "30s",
+                      "udpStreamTimeout": "2m"},
+    }  # fmt: skip
+    config = _resolved(values, tmp_path)
+    assert (config.ipvs_timeouts.tcp, config.ipvs_timeouts.tcp_fin) == (900, 120)
+    assert config.ipvs_timeouts.udp == 300
+    assert config.settings.masquerade_bit == 13
+    conntrack = config.conntrack
+    assert conntrack.max == 8 * 65536
+    assert (conntrack.tcp_established, conntrack.tcp_close_wait) == (7200, 1800)
+    assert conntrack.tcp_be_liberal is True
+    assert (conntrack.udp, conntrack.udp_stream) == (30, 120)
+
+
+def test_conntrack_defaults_are_kube_proxys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ipvsproxy.config.node_cpus", lambda: 2)
+    conntrack = _resolved({}, tmp_path).conntrack
+    # 32768 per core on 2 cores is below kube-proxy's minimum of 131072.
+    assert conntrack.max == 131072
+    assert (conntrack.tcp_established, conntrack.tcp_close_wait) == (86400, 3600)
+    assert not conntrack.tcp_be_liberal and conntrack.udp == conntrack.udp_stream == 0
+
+
 def test_the_logging_format_is_in_the_file() -> None:
     assert proxy_config(render({"logging": {"format": "json"}}))["logging"] == {"format": "json"}
 

@@ -19,7 +19,8 @@ def test_pods_use_the_node_network_and_run_first_on_every_linux_node() -> None:
     objects = render()
     spec = pod_spec(objects)
     assert spec["hostNetwork"] is True
-    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    # The node's resolver: cluster DNS is a Service the proxy itself programs.
+    assert spec["dnsPolicy"] == "Default"
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -112,16 +113,21 @@ def test_the_config_file_is_mounted_where_the_args_name_it() -> None:
     assert file_name in configmap["data"]
 
 
-def test_cleanup_init_container_only_on_request() -> None:
-    assert "initContainers" not in pod_spec(render())
-    objects = render({"cleanupKubeProxy": True})
-    (init,) = pod_spec(objects)["initContainers"]
-    proxy = proxy_container(objects)
-    assert init["command"] == proxy["command"] == ["ipvsproxy"]
-    assert init["args"] == ["cleanup"]
-    assert init["image"] == proxy["image"]
-    assert init["securityContext"] == proxy["securityContext"]
-    assert mounts_by_path(init).keys() == {"/lib/modules", "/run/xtables.lock"}
+def test_no_init_container_ever_cleans_the_node() -> None:
+    """A pod start adopts what it finds: a cleanup at every start would cut the node's
+    connections (and it did, as cleanupKubeProxy, until the takeover path replaced it)."""
+    for values in ({}, {"migration": {"enabled": True}}, {"privileged": True}):
+        inits = pod_spec(render(values)).get("initContainers", [])
+        assert [init["args"][:2] for init in inits] in ([], [["run", "--init-only"]])
+
+
+def test_migration_runs_only_on_nodes_with_the_label_beside_the_other_selectors() -> None:
+    assert pod_spec(render())["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    migrating = {"enabled": True, "nodeLabel": "example.com/proxy", "nodeLabelValue": "ipvs"}
+
+    selector = pod_spec(render({"migration": migrating}))["nodeSelector"]
+
+    assert selector == {"kubernetes.io/os": "linux", "example.com/proxy": "ipvs"}
 
 
 def test_extra_args_and_env_follow_the_charts_own() -> None:
@@ -132,10 +138,10 @@ def test_extra_args_and_env_follow_the_charts_own() -> None:
     assert container["env"][-1] == {"name": "TZ", "value": "UTC"}
 
 
-def test_traffic_metrics_switch_and_verbosity_are_flags() -> None:
-    assert "--traffic-metrics" in proxy_container(render())["args"]
+def test_traffic_metrics_off_by_default_and_verbosity_are_flags() -> None:
+    assert "--no-traffic-metrics" in proxy_container(render())["args"]
     args = proxy_container(
-        render({"metrics": {"trafficMetrics": False}, "logging": {"verbosity": 3}})
+        render({"metrics": {"trafficMetrics": True}, "logging": {"verbosity": 3}})
     )["args"]
-    assert "--no-traffic-metrics" in args
+    assert "--traffic-metrics" in args
     assert "--v=3" in args

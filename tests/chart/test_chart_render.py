@@ -38,8 +38,28 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                    "serviceMonitor": {"enabled": True, "interval": "15s",
                                                       "labels": {"release": "prom"}}}},
     "metricsOff": {"metrics": {"port": 0, "trafficMetrics": False}},
+    "observability": {"metrics": {"bindAddress": "0.0.0.0", "trafficMetrics": True,
+                                  "serviceMonitor": {"enabled": True, "job": "kube-proxy",
+                                                     "relabelings": [{"targetLabel": "cluster",
+                                                                      "replacement": "east"}],
+                                                     "metricRelabelings": [{
+                                                         "action": "drop",
+                                                         "sourceLabels": ["__name__"],
+                                                         "regex": "python_gc_.*"}]},
+                                  "prometheusRule": {"enabled": True, "labels": {"r": "p"},
+                                                     "syncStaleSeconds": 120,
+                                                     "networkProgrammingP99Seconds": 2.5},
+                                  "dashboard": {"enabled": True,
+                                                "annotations": {"grafana_folder": "Net"}}}},
+    "kernel": {"masqueradeBit": 13, "ipvs": {"tcpTimeout": "900s", "tcpFinTimeout": "2m",
+                                             "udpTimeout": "0s"},
+               "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                             "tcpCloseWaitTimeout": "0s", "tcpBeLiberal": True,
+                             "udpTimeout": "30s", "udpStreamTimeout": "2m"}},
+    "existingConfigMap": {"existingConfigMap": {"name": "kube-proxy", "key": "config.conf"}},
+    "noInitContainer": {"initKernelParameters": False},
     "logging": {"logging": {"format": "json", "verbosity": 4}},
-    "cleanupKubeProxy": {"cleanupKubeProxy": True},
+    "migration": {"migration": {"enabled": True, "nodeLabelValue": "ipvs"}},
     "privileged": {"privileged": True},
     "maxUnavailable": {"maxUnavailable": "10%"},
     "scheduling": {"priorityClassName": "", "tolerations": [],
@@ -59,7 +79,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def _validate(obj: Manifest, version: str) -> None:
-    if obj["kind"] == "ServiceMonitor":  # a CRD: no schema ships with Kubernetes
+    if obj["kind"] in ("ServiceMonitor", "PrometheusRule"):  # CRDs: Kubernetes has no schema
         assert obj["apiVersion"] == "monitoring.coreos.com/v1"
         return
     kubernetes_validate.validate(obj, version, strict=True)
@@ -70,7 +90,8 @@ def test_lints_strictly_and_renders_valid_objects(option: str) -> None:
     values = OPTIONS[option]
     assert lint(values) == []
     objects = render(values)
-    assert {"ConfigMap", "DaemonSet"} <= set(kinds(objects))
+    own_config = "existingConfigMap" not in values
+    assert {"DaemonSet", *(["ConfigMap"] if own_config else [])} <= set(kinds(objects))
     for obj in objects:
         for version in KUBE_VERSIONS:
             _validate(obj, version)

@@ -19,7 +19,7 @@ from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
 from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
 from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel
-from ipvsproxy.model import DeleteVirtualServer, IPFamily
+from ipvsproxy.model import DeleteVirtualServer, IPFamily, IPSetContent
 from tests.lab.conntrack import SeededConntrack
 
 IN_LAB = os.environ.get("IPVSPROXY_LAB") == "1"
@@ -107,6 +107,24 @@ def hold(ipsets: IPSetKernel) -> Iterator[Callable[[str], None]]:
     finally:
         subprocess.run([iptables, *chain, "-F", HOLD_CHAIN], check=True)
         subprocess.run([iptables, *chain, "-X", HOLD_CHAIN], check=True)
+
+
+@pytest.fixture
+def plant(ipsets: IPSetKernel) -> Callable[[IPSetContent], None]:
+    """Make a set as someone else would, creation options included (``ipset create NAME
+    TYPE family inet maxelem 1024 counters``), which ``create`` never makes."""
+    if isinstance(ipsets, FakeIPSets):
+        return ipsets.plant
+
+    def create(content: IPSetContent) -> None:
+        spec = content.spec
+        family = "inet" if spec.family is IPFamily.IPV4 else "inet6"
+        options = [word for option in spec.options for word in option.split()]
+        _run("ipset", "create", spec.name, spec.set_type, "family", family, *options)
+        for entry in sorted(content.entries):
+            _run("ipset", "add", spec.name, entry)
+
+    return create
 
 
 # Sets the iptables contract rules match; the kernel refuses rules naming a missing set.

@@ -71,3 +71,18 @@ def test_all_addresses_include_every_interface(addresses: AddressKernel) -> None
     addresses.apply(TEST_INTERFACE, [UnbindAddress(V4)])
     assert V4 not in addresses.all_addresses()
     assert V6 in addresses.all_addresses()
+
+
+def test_local_addresses_are_every_other_interfaces(addresses: AddressKernel) -> None:
+    """kube-proxy's node addresses: all but the named interface's, read again after a change
+    elsewhere (here: the test interface changes and kube-ipvs0 stands aside)."""
+    addresses.ensure_interface(TEST_INTERFACE)
+    assert V4 not in addresses.local_addresses("kube-ipvs0")
+
+    addresses.apply(TEST_INTERFACE, [BindAddress(V4), BindAddress(V6)])
+    assert {V4, V6} <= addresses.local_addresses("kube-ipvs0")
+    assert not {V4, V6} & addresses.local_addresses(TEST_INTERFACE)
+
+    addresses.apply(TEST_INTERFACE, [UnbindAddress(V4)])
+    assert V4 not in addresses.local_addresses("kube-ipvs0")
+    assert V6 in addresses.local_addresses("kube-ipvs0")

@@ -175,6 +175,38 @@ def test_replace_refuses_another_type(ipsets: IPSetKernel) -> None:
     assert ipsets.list_sets()[CLUSTER_IP.name].spec == as_listed(CLUSTER_IP)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [("maxelem 1024",), ("timeout 600",), ("counters", "comment")],
+    ids=["maxelem", "timeout", "extensions"],
+)
+def test_a_set_with_other_options_is_listed_so_and_swapped_for_ours_in_use(
+    ipsets: IPSetKernel,
+    plant: Callable[[IPSetContent], None],
+    hold: Callable[[str], None],
+    options: tuple[str, ...],
+) -> None:
+    planted = IPSetSpec(CLUSTER_IP.name, CLUSTER_IP.set_type, V4, options=options)
+    plant(IPSetContent(planted, frozenset({"10.96.0.10,tcp:80"})))
+    hold(CLUSTER_IP.name)
+    assert ipsets.list_sets()[CLUSTER_IP.name].spec == planted
+
+    ipsets.replace(IPSetContent(CLUSTER_IP, frozenset({"10.96.0.11,tcp:80"})))
+
+    assert ipsets.list_sets()[CLUSTER_IP.name] == IPSetContent(
+        as_listed(CLUSTER_IP), frozenset({"10.96.0.11,tcp:80"})
+    )
+    assert CLUSTER_IP.name in ipsets.list_sets(), "swapped in place, still matched by the rule"
+
+
+def test_sets_are_made_only_with_kube_proxy_s_options(ipsets: IPSetKernel) -> None:
+    with pytest.raises(IPSetError) as refused:
+        ipsets.create(IPSetSpec(CLUSTER_IP.name, "hash:ip,port", V4, options=("maxelem 8",)))
+
+    assert refused.value.errno == errno.EINVAL
+    assert CLUSTER_IP.name not in ipsets.list_sets()
+
+
 def test_a_set_in_use_is_replaced_but_not_destroyed(
     ipsets: IPSetKernel, hold: Callable[[str], None]
 ) -> None:

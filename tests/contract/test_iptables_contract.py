@@ -235,6 +235,36 @@ def test_a_foreign_rule_inserted_above_our_jump_is_left_there(
     assert _jumps_to(_tables(iptables, family), "nat", "PREROUTING", "KUBE-SERVICES") == [1]
 
 
+def test_the_diff_is_what_a_restore_would_write_rule_by_rule(
+    iptables: Kernel, family: IPFamily
+) -> None:
+    _plant_foreign(iptables, family)
+    ruleset = _ruleset(family)
+    fresh = {(d.table, d.chain): d for d in iptables.diff(ruleset)}
+    # Every chain new with all its rules; each built-in chain gains its jumps.
+    assert {key for key, diff in fresh.items() if diff.new} == _ours(ruleset)
+    assert fresh["nat", "KUBE-MARK-MASQ"].added == ("-j MARK --set-xmark 0x4000/0x4000",)
+    assert fresh["filter", "INPUT"].new is False
+    assert fresh["filter", "INPUT"].added == (
+        '-m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT',
+        '-m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER',
+    )
+    assert all(diff.removed == () for diff in fresh.values())
+
+    iptables.restore(ruleset)
+    assert iptables.diff(ruleset) == ()
+    changed = {(d.table, d.chain): d for d in iptables.diff(_changed(ruleset))}
+    assert changed.keys() == {("nat", "KUBE-SERVICES"), ("nat", "KUBE-LOAD-BALANCER")}
+    services = changed["nat", "KUBE-SERVICES"]
+    assert services.new is False
+    assert services.added == ("-m addrtype --dst-type LOCAL -j KUBE-LOAD-BALANCER",)
+    assert len(services.removed) == 1 and services.removed[0].endswith("-j KUBE-MARK-MASQ")
+    # Drift shows as what the restore puts back.
+    iptables.netfilter.restore(family, "*nat\n-F KUBE-POSTROUTING\nCOMMIT\n")
+    (flushed,) = iptables.diff(ruleset)
+    assert (flushed.chain, len(flushed.added), flushed.removed) == ("KUBE-POSTROUTING", 3, ())
+
+
 def test_our_chains_are_kube_proxy_ipvs_chains_only(iptables: Kernel, family: IPFamily) -> None:
     _plant_foreign(iptables, family)
     assert iptables.our_chains(family) == {}

@@ -368,8 +368,8 @@ class ControlPlane:
         ):
             if not reused:
                 raise
-        # The server had closed the idle kept-alive connection (seen as a TLS EOF too, after a
-        # minute or two idle): once more, on a new one.
+        # The server had closed the idle kept-alive connection (a write on a TLS connection
+        # the server closed is an SSLEOFError): once more, on a new one.
         return _send(self._connection(), method, path, data, headers)
 
     def request(

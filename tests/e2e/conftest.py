@@ -1,8 +1,10 @@
-"""The e2e tier: one lab node, a fake API server on its loopback, pods, and the daemon.
+"""The e2e tier: one lab node, the real etcd and kube-apiserver beside it, pods, and the daemon.
 
-The node and the API server live for the whole session. Pods and cluster objects belong to one
-test and go with it; a daemon belongs to a package or a module (starting Python inside the lab
-costs seconds) and leaves no kernel state behind: it stops with SIGTERM, then cleanup runs.
+The control plane (``tests/lab/controlplane.py``), the node and the API server's objects for
+the nodes live for the whole session: the control plane starts once per boot, while the node
+is set up. Pods and cluster objects belong to one test and go with it; a daemon belongs to a
+package or a module (starting Python inside the lab costs seconds) and leaves no kernel state
+behind: it stops with SIGTERM, then cleanup runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.lab.apiserver import LabApiServer
+from tests.lab.apiserver import ClusterApi, RealApiServer
+from tests.lab.controlplane import LabControlPlane
 from tests.lab.daemon import START_TIMEOUT, Daemon, cleaned_up
 from tests.lab.guard import require_lab
 from tests.lab.kernel_state import virtual_servers
@@ -27,6 +30,14 @@ JsonObject = dict[str, Any]
 CLUSTER_CIDRS = "10.244.0.0/16,fd00:10:244::/48"
 # Clients "outside the pod network": namespaces with addresses outside CLUSTER_CIDRS.
 OUTSIDE_CIDR = ipaddress.IPv4Network("10.250.0.0/24")
+E2E_APISERVER_ARGS = (
+    "--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
+    # Services are watched from etcd's history, not the watch cache, which a compaction does
+    # not touch: so a compaction makes a Service watch from before it end in 410 Gone.
+    "--watch-cache-sizes=services#0",
+    # Only the tests compact, never the API server on its own (every 5 minutes by default).
+    "--etcd-compaction-interval=0",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +46,16 @@ def _require_lab() -> None:
 
 
 @pytest.fixture(scope="session")
-def node() -> Iterator[Node]:
+def control_plane() -> Iterator[LabControlPlane]:
+    """Started here, ready when ``api`` first needs it."""
     require_lab("tests/e2e")
+    plane = LabControlPlane(apiserver_args=E2E_APISERVER_ARGS).start()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="session")
+def node(control_plane: LabControlPlane) -> Iterator[Node]:
     lab_node = Node()
     lab_node.set_up()
     yield lab_node
@@ -44,19 +63,28 @@ def node() -> Iterator[Node]:
 
 
 @pytest.fixture(scope="session")
-def api(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabApiServer]:
-    server = LabApiServer(tmp_path_factory.mktemp("api")).start()
+def api(node: Node, control_plane: LabControlPlane) -> RealApiServer:
+    server = RealApiServer(control_plane.ready())
     server.apply(
         node_object("node-a", str(node.ipv4), str(node.ipv6)),
         node_object("node-b", "10.240.0.11"),
     )
-    yield server
-    server.stop()
+    return server
+
+
+@pytest.fixture(scope="session")
+def endpointslice_controller(api: RealApiServer) -> None:
+    """The kube-controller-manager's EndpointSlice controller, for the rest of the session:
+    Services with a selector get their EndpointSlices from the Pods the tests write. (The
+    ServiceAccount admission refuses a Pod whose namespace has no default ServiceAccount,
+    which no controller makes here.)"""
+    api.apply({"kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "default"}})
+    api.control_plane.start_controller_manager("endpointslice")
 
 
 @contextmanager
 def running_daemon(
-    api: LabApiServer, directory: Path, *flags: str, start_timeout: float = START_TIMEOUT
+    api: ClusterApi, directory: Path, *flags: str, start_timeout: float = START_TIMEOUT
 ) -> Iterator[Daemon]:
     """A daemon for the block; afterwards it must exit 0 on SIGTERM, and the kernel is cleaned."""
     daemon = Daemon(
@@ -67,7 +95,7 @@ def running_daemon(
 
 
 @pytest.fixture(scope="module")
-def daemon(api: LabApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def daemon(api: ClusterApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """One daemon for a module that starts (and restarts) its own."""
     with running_daemon(api, tmp_path_factory.mktemp("daemon")) as running:
         yield running
@@ -118,15 +146,16 @@ def pods(node: Node) -> Iterator[Pods]:
 class Cluster:
     """The objects one test puts in the API; deleting them all brings the kernel back."""
 
-    def __init__(self, api: LabApiServer) -> None:
+    def __init__(self, api: ClusterApi) -> None:
         self.api = api
         self.applied: dict[tuple[str, str, str], JsonObject] = {}
 
-    def apply(self, *objects: JsonObject) -> None:
+    def apply(self, *objects: JsonObject) -> list[JsonObject]:
+        """Each object as the API server stored it (with what it allocated)."""
         for obj in objects:
             metadata = obj["metadata"]
             self.applied[(obj["kind"], metadata.get("namespace", ""), metadata["name"])] = obj
-        self.api.apply(*objects)
+        return self.api.apply(*objects)
 
     def delete(self, *objects: JsonObject) -> None:
         self.api.delete(*objects)
@@ -137,7 +166,7 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(api: LabApiServer) -> Iterator[Cluster]:
+def cluster(api: ClusterApi) -> Iterator[Cluster]:
     """The test's objects; at teardown they go, and the kernel's virtual servers with them."""
     before = virtual_servers()
     objects = Cluster(api)

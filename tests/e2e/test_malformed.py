@@ -1,8 +1,5 @@
-"""Scenario 11: a malformed Service and EndpointSlice among good ones.
-
-Against the fake API server: the real one refuses such objects at the door (validation), so
-only a broken or hostile server, or a proxy reading a newer API than it knows, sends them.
-"""
+"""Scenario 11: a malformed Service and EndpointSlice among good ones, on the fake API server,
+with a daemon of its own."""
 
 from __future__ import annotations
 
@@ -45,6 +42,7 @@ def daemon(api: LabApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def test_bad_objects_are_skipped_logged_and_counted_while_good_ones_work(
     daemon: Daemon, cluster: Cluster, pods: Pods, client: Callable[[Pod | None], Client]
 ) -> None:
+    """Needs the fake: the real API server's validation refuses both objects at the door."""
     backends = [pods(f"good-{index}") for index in range(2)]
     caller = client(pods("good-caller"))
     names = {b.name for b in backends}

@@ -20,10 +20,9 @@ from tests.lab.kernel_state import (
     virtual_servers,
 )
 from tests.lab.netns import Client, Node, Pod
-from tests.lab.objects import endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import cluster_ip, endpoint, endpoint_slice, port, service, slice_port
 from tests.lab.traffic import LoadGenerator, wait_answered_by
 
-VIP = "10.96.6.1"
 KUBE_IPVS0 = "kube-ipvs0"
 
 
@@ -38,14 +37,15 @@ def test_restarts_under_load_fail_no_request_and_change_no_table(
     backends = [pods(f"restart-{index}") for index in range(3)]
     caller = client(pods("restart-caller"))
     names = {b.name for b in backends}
-    cluster.apply(
-        service("restart", [VIP], [port(80, node_port=30061)], service_type="NodePort"),
+    [stored, _] = cluster.apply(
+        service("restart", [], [port(80)], service_type="NodePort"),
         endpoint_slice("restart", [endpoint(str(b.ipv4)) for b in backends], [slice_port()]),
     )
-    wait_answered_by(caller, VIP, 80, names)
+    vip = cluster_ip(stored)
+    wait_answered_by(caller, vip, 80, names)
     before = kernel_tables()
 
-    with LoadGenerator(caller, VIP, 80) as load:
+    with LoadGenerator(caller, vip, 80) as load:
         load.wait_for_requests(10)
         statuses = []
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -68,26 +68,25 @@ def test_cleanup_after_the_daemon_leaves_nothing_of_ours(
         daemon.start()
     backend = pods("leftover")
     caller = client(pods("leftover-caller"))
-    cluster.apply(
+    [stored, _] = cluster.apply(
         service(
             "leftover",
-            ["10.96.12.1"],
-            [port(80, node_port=30121), port(53, "UDP", node_port=30122, name="dns")],
+            [],
+            [port(80, name="http"), port(53, "UDP", name="dns")],
             service_type="LoadBalancer",
             ingress_ips=("10.99.12.1",),
             externalIPs=["10.99.12.2"],
             loadBalancerSourceRanges=[f"{node.ipv4}/32", "10.244.0.0/16"],
             externalTrafficPolicy="Local",
-            healthCheckNodePort=32012,
             sessionAffinity="ClientIP",
         ),
         endpoint_slice(
             "leftover",
             [endpoint(str(backend.ipv4))],
-            [slice_port(), slice_port(8080, "UDP", "dns")],
+            [slice_port(name="http"), slice_port(8080, "UDP", "dns")],
         ),
     )
-    wait_answered_by(caller, "10.96.12.1", 80, {backend.name})
+    wait_answered_by(caller, cluster_ip(stored), 80, {backend.name})
     assert daemon.stop(signal.SIGTERM) == 0
 
     cleaned = subprocess.run(

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.kernel.sysctl import ProcSysctl
-from tests.lab import IN_LAB, UNAVAILABLE_REASON
+from tests.api.fake_apiserver import FakeApiServer
+from tests.lab import IN_LAB, UNAVAILABLE_REASON, chart_pod
 from tests.lab.netns import Client, Node, Pod, sh
 
 UML_MODULES = Path("/usr/lib/uml/modules")
@@ -81,3 +82,18 @@ def module_loader(tmp_path: Path, modules_root: Path) -> Iterator[ProcSysctl]:
         sysctl.set(MODULE_LOADER, before)
         for module in sorted(loaded - {module.name for module in Path("/sys/module").iterdir()}):
             sh(str(loader), module)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    """A fake API server on the lab's loopback with the chart tests' node and Service."""
+    with FakeApiServer() as server:
+        chart_pod.seed(server)
+        yield server
+
+
+@pytest.fixture
+def service_account_token() -> Iterator[None]:
+    """The kubelet's token and CA files, in the lab's /run tmpfs (never this machine's)."""
+    with chart_pod.service_account_token():
+        yield

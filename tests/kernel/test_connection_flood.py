@@ -41,6 +41,8 @@ MAX_RSS_GROWTH_KB = 40_000
 # The LoadBalancer Service whose health-check node port is flooded too, and by how much.
 HEALTH_CHECKED = 9
 HEALTH_CHECK_FLOOD = 200
+# Inside --service-node-port-range, as a health-check node port must be.
+HEALTH_CHECK_NODE_PORT = 32109
 LOCAL = Client(None, timeout=10)
 
 
@@ -178,7 +180,7 @@ def start(
     started: list[Running] = []
 
     def begin(limits: Limits) -> Running:
-        health_check = free_port()
+        health_check = HEALTH_CHECK_NODE_PORT
         balanced = service(
             HEALTH_CHECKED,
             type="LoadBalancer",

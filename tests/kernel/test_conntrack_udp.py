@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,10 +39,16 @@ def conntrack() -> Iterator[SeededConntrack]:
     for command in commands:
         sh(command, "-w", "-N", CONNTRACK_CHAIN)
         sh(command, "-w", "-A", CONNTRACK_CHAIN, "-m", "conntrack", "--ctstate", "NEW")
+    # A loaded lab can take longer than conntrack's 30 s for a UDP flow between the first
+    # request and the last look; the flows this test counts must outlive it.
+    timeout = Path("/proc/sys/net/netfilter/nf_conntrack_udp_timeout")
+    kept_timeout = timeout.read_text().strip()
+    sysctl("net.netfilter.nf_conntrack_udp_timeout", "600")
     try:
         with SeededConntrack() as kernel:
             yield kernel
     finally:
+        sysctl("net.netfilter.nf_conntrack_udp_timeout", kept_timeout)
         for command in commands:
             sh(command, "-w", "-F", CONNTRACK_CHAIN)
             sh(command, "-w", "-X", CONNTRACK_CHAIN)

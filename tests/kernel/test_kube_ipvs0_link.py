@@ -1,4 +1,5 @@
-"""kube-ipvs0 as the kernel holds it: a dummy link left DOWN, IPv6 addresses without DAD."""
+"""kube-ipvs0 as the kernel holds it: a dummy link left DOWN without a transmit queue (as
+kube-proxy makes it), IPv6 addresses without DAD."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ IFF_UP = 0x1
 V6 = ipaddress.ip_address("fd00:10:96::10")
 
 
-def test_interface_is_a_down_dummy_and_ipv6_skips_dad() -> None:
+def test_interface_is_a_down_dummy_without_queue_and_ipv6_skips_dad() -> None:
     addresses = NetlinkAddresses()
     try:
         _check_link_and_address(addresses)
@@ -34,5 +35,6 @@ def _check_link_and_address(addresses: NetlinkAddresses) -> None:
 
     assert link.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_KIND") == "dummy"
     assert not link["flags"] & IFF_UP
+    assert link.get_attr("IFLA_TXQLEN") == 0
     assert address["prefixlen"] == 128
     assert (address.get_attr("IFA_FLAGS") or address["flags"]) & IFA_F_NODAD

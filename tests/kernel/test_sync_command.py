@@ -1,4 +1,5 @@
-"""`ipvsproxy sync --once` and `cleanup` on the real kernel, with real traffic between pods.
+"""`ipvsproxy sync --once`, `takeover --check` and `cleanup` on the real kernel, with real
+traffic between pods.
 
 The cluster is examples/cluster.yaml, with node-a's address moved onto the lab node and each
 endpoint recreated as a pod at its manifest address, answering with its name.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -248,3 +250,30 @@ def test_flushed_table_is_restored(node: Node, cluster: Path, caller: Client) ->
 
     assert ipvs_table() == expected_table(str(node.ipv4))
     assert set(caller.tcp_names(DNS_IP, 53, 10)) == {"dns-a", "dns-b"}
+
+
+def test_takeover_check_passes_a_node_programmed_alike_and_names_a_busy_server_it_would_delete(
+    node: Node, cluster: Path, caller: Client, tmp_path: Path
+) -> None:
+    takeover = ("takeover", "--check", "--hostname-override", "node-a", "--source")
+    sync(cluster)
+
+    alike = ipvsproxy(*takeover, str(cluster))
+    with caller.connect(DNS_IP, 53) as connection:
+        ask(connection)
+        objects = [o for o in example_objects() if o["metadata"]["name"] != "kube-dns"]
+        shrunk = write_cluster(tmp_path / "no-dns.yaml", objects, str(node.ipv4))
+        busy = ipvsproxy(*takeover, str(shrunk))
+
+    assert alike.status == 0, alike.stdout + alike.stderr
+    assert "takeover: 8 virtual servers adopted, 8 of them as they are; 0 IPVS writes" in (
+        alike.stdout
+    )
+    assert "takeover: safe" in alike.stdout
+    assert busy.status == 1, busy.stdout + busy.stderr
+    assert re.search(
+        rf"takeover: would delete virtual server TCP {DNS_IP}:53, which has [1-9]\d* connections",
+        busy.stdout,
+    )
+    assert "takeover: NOT safe" in busy.stdout
+    assert f"-A -t {DNS_IP}:53 -s rr" in ipvs_table(), "a check changes nothing"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,6 +39,16 @@ def free_port() -> int:
         return port
 
 
+def configured_ports(config: Path) -> tuple[int, int]:
+    """The health and metrics ports a KubeProxyConfiguration file names."""
+    document = yaml.safe_load(config.read_text())
+    healthz, metrics = (
+        int(str(document[field]).rsplit(":", 1)[1])
+        for field in ("healthzBindAddress", "metricsBindAddress")
+    )
+    return healthz, metrics
+
+
 class Metrics:
     """One scrape of /metrics."""
 
@@ -59,10 +70,15 @@ class Metrics:
 class Daemon:
     """One ``ipvsproxy run`` at a time, pointed at a kubeconfig, as node ``node-a``."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, *flags: str) -> None:
+    def __init__(
+        self, kubeconfig: Path | None, log_path: Path, *flags: str, config: Path | None = None
+    ) -> None:
+        """``config``: a KubeProxyConfiguration to run with (kube-proxy's own, for a
+        takeover), whose kubeconfig, health and metrics addresses then apply."""
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.flags = flags
+        self.config = config
         self.healthz_port = 0
         self.metrics_port = 0
         self._process: subprocess.Popen[bytes] | None = None
@@ -77,22 +93,22 @@ class Daemon:
 
     def start(self, timeout: float = START_TIMEOUT) -> Daemon:
         """Start and wait until /healthz answers 200 and a first sync is done."""
-        self.healthz_port, self.metrics_port = free_port(), free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "ipvsproxy",
-            "run",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--hostname-override",
-            "node-a",
-            "--healthz-bind-address",
-            f"127.0.0.1:{self.healthz_port}",
-            "--metrics-bind-address",
-            f"127.0.0.1:{self.metrics_port}",
-            *self.flags,
-        ]
+        command = [sys.executable, "-m", "ipvsproxy", "run", "--hostname-override", "node-a"]
+        if self.config is not None:
+            self.healthz_port, self.metrics_port = configured_ports(self.config)
+            command += ["--config", str(self.config)]
+        else:
+            assert self.kubeconfig is not None, "a daemon needs a kubeconfig or a config file"
+            self.healthz_port, self.metrics_port = free_port(), free_port()
+            command += [
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--healthz-bind-address",
+                f"127.0.0.1:{self.healthz_port}",
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics_port}",
+            ]
+        command += self.flags
         with self.log_path.open("ab") as log:
             log.write(f"=== {' '.join(command)}\n".encode())
             self._process = subprocess.Popen(

@@ -36,19 +36,27 @@ def service(
     namespace: str = "default",
     service_type: str = "ClusterIP",
     ingress_ips: tuple[str, ...] = (),
+    families: tuple[str, ...] = ("IPv4",),
     **spec: Any,
 ) -> JsonObject:
-    """A Service; its ipFamilies follow ``cluster_ips``, extra spec fields in camelCase."""
-    families = ["IPv6" if ":" in ip else "IPv4" for ip in cluster_ips]
+    """A Service; its ipFamilies follow ``cluster_ips``, extra spec fields in camelCase.
+
+    Without ``cluster_ips`` the API server allocates them, one of each of ``families``, as it
+    allocates node ports not given (see ``cluster_ip`` and ``node_port``)."""
+    if cluster_ips:
+        families = tuple("IPv6" if ":" in ip else "IPv4" for ip in cluster_ips)
+    addressing: JsonObject = {
+        "ipFamilies": list(families),
+        "ipFamilyPolicy": "RequireDualStack" if len(families) > 1 else "SingleStack",
+    }
+    if cluster_ips:
+        addressing |= {"clusterIP": cluster_ips[0], "clusterIPs": cluster_ips}
     obj: JsonObject = {
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "type": service_type,
-            "clusterIP": cluster_ips[0],
-            "clusterIPs": cluster_ips,
-            "ipFamilies": families,
-            "ipFamilyPolicy": "RequireDualStack" if len(families) > 1 else "SingleStack",
+            **addressing,
             "ports": ports,
             "sessionAffinity": "None",
             **spec,
@@ -57,6 +65,18 @@ def service(
     if ingress_ips:
         obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ingress_ips]}}
     return obj
+
+
+def cluster_ip(stored: JsonObject, family: str = "IPv4") -> str:
+    """A stored Service's cluster IP of ``family``."""
+    ips: list[str] = stored["spec"]["clusterIPs"]
+    return next(ip for ip in ips if (":" in ip) == (family == "IPv6"))
+
+
+def node_port(stored: JsonObject, index: int = 0) -> int:
+    """The node port of a stored Service's ``index``-th port."""
+    number: int = stored["spec"]["ports"][index]["nodePort"]
+    return number
 
 
 def endpoint(
@@ -114,4 +134,31 @@ def node(name: str, *addresses: str) -> JsonObject:
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"addresses": [*internal, {"type": "Hostname", "address": name}]},
+    }
+
+
+def pod(
+    name: str,
+    labels: dict[str, str],
+    *addresses: str,
+    node: str = "node-a",
+    namespace: str = "default",
+    ready: bool = True,
+) -> JsonObject:
+    """A Pod bound to ``node`` and running there at ``addresses``, as its kubelet would report
+    it: nothing schedules or runs it in the lab, the test writes its status."""
+    condition = "True" if ready else "False"
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "registry.invalid/app"}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": addresses[0],
+            "podIPs": [{"ip": address} for address in addresses],
+            "conditions": [{"type": "Ready", "status": condition}],
+        },
     }

@@ -40,6 +40,7 @@ def ip(text: str) -> IPAddress:
 VIP = ip("10.96.0.10")
 TCP_VS = VirtualServerKey(TransportProtocol.TCP, VIP, 80)
 UDP_VS = VirtualServerKey(TransportProtocol.UDP, VIP, 53)
+STALE_VS = VirtualServerKey(TransportProtocol.TCP, ip("10.96.0.20"), 80)
 POD_A = RealServer(RealServerKey(ip("10.244.1.2"), 8080))
 POD_B = RealServer(RealServerKey(ip("10.244.1.3"), 8080))
 POD_C = RealServer(RealServerKey(ip("10.244.1.4"), 8080))

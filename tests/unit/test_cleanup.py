@@ -1,17 +1,24 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from ipvsproxy import cli
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.addresses import FakeAddresses
+from ipvsproxy.kernel.conntrack import FakeConntrack
 from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.ipset.fake import FakeIPSets
 from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.sysctl import FakeSysctl
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     AddVirtualServer,
@@ -270,3 +277,63 @@ def test_unreadable_chains_are_reported_and_the_rest_still_goes() -> None:
         "could not read IPv6 iptables chains: IPv6: iptables-save not found",
     )
     assert not machine.addresses.interface_exists(DUMMY_INTERFACE)
+
+
+def _cli_on(machine: Machine, monkeypatch: pytest.MonkeyPatch, *args: str) -> Result:
+    @contextmanager
+    def opened(ipvs_optional: bool = False) -> Iterator[Kernel]:
+        parts = (machine.ipvs, machine.addresses, machine.ipsets, machine.iptables)
+        yield Kernel(*parts, FakeSysctl(), FakeConntrack())
+
+    monkeypatch.setattr(cli, "real_kernel", opened)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    return CliRunner().invoke(cli.main, ["cleanup", *args])
+
+
+def test_dry_run_lists_what_cleanup_would_remove_and_removes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine = Machine(_desired())
+    before = (machine.ipvs.dump(), machine.ipsets.list_sets())
+    listed = _cli_on(machine, monkeypatch, "--dry-run")
+    assert listed.exit_code == 0, listed.output
+    assert (machine.ipvs.dump(), machine.ipsets.list_sets()) == before
+    assert machine.addresses.interface_exists(DUMMY_INTERFACE)
+    would = listed.stdout.splitlines()
+    removed = _cli_on(machine, monkeypatch).stdout.splitlines()
+    # The same objects, in the same order, as the cleanup then removes.
+    assert [line.removeprefix("would remove ") for line in would] == [
+        line.removeprefix("removed ") for line in removed
+    ]
+    assert would[-1] == "would remove interface kube-ipvs0"
+
+
+def test_cleanup_json_names_each_object_and_each_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    machine = Machine(_desired())
+    planned = json.loads(_cli_on(machine, monkeypatch, "--dry-run", "--output", "json").stdout)
+    assert planned["schema"] == "ipvsproxy.io/cleanup/v1"
+    assert planned["dry_run"] is True and planned["failed"] == []
+    assert "ipset KUBE-6-CLUSTER-IP" in planned["would_remove"]
+    done = json.loads(_cli_on(machine, monkeypatch, "--output", "json").stdout)
+    assert done["dry_run"] is False
+    assert done["removed"] == planned["would_remove"]
+    again = json.loads(_cli_on(machine, monkeypatch, "--output=json").stdout)
+    assert again == {**done, "removed": []}
+
+
+def test_an_external_ip_of_a_local_policy_on_the_node_is_ours_by_its_ipset_entry() -> None:
+    """A Local-policy external IP goes into KUBE-EXTERNAL-IP-LOCAL instead of KUBE-EXTERNAL-IP;
+    on the node's own address it is never bound on kube-ipvs0, so that entry is the record."""
+    key = VirtualServerKey(TransportProtocol.TCP, NODE_IP, 8443)
+    name = "KUBE-EXTERNAL-IP-LOCAL"
+    observed = ObservedState(
+        ipvs={key: _state(key), FOREIGN_ON_NODE: _state(FOREIGN_ON_NODE)},
+        dummy_addresses=frozenset(),
+        dummy_exists=False,
+        node_addresses=frozenset({NODE_IP}),
+        ipsets={
+            name: IPSetContent(IPSetSpec(name, "hash:ip,port"), frozenset({f"{NODE_IP},tcp:8443"}))
+        },
+        chains={},
+    )
+    assert plan_cleanup(observed).virtual_servers == (key,)

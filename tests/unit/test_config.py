@@ -77,6 +77,32 @@ FIELD_CASES: list[tuple[str, dict[str, Any], str, Any]] = [
     ("ipvs:\n  tcpFinTimeout: 30s", {"ipvs_tcpfin_timeout": "30s"}, "ipvs_timeouts.tcp_fin", 30),
     ("ipvs:\n  udpTimeout: 1m30.5s", {"ipvs_udp_timeout": "1m30.5s"}, "ipvs_timeouts.udp", 90),
     (
+        "conntrack:\n  tcpEstablishedTimeout: 2h",
+        {"conntrack_tcp_timeout_established": "2h"},
+        "conntrack.tcp_established",
+        7200,
+    ),
+    (
+        "conntrack:\n  tcpCloseWaitTimeout: 0s",
+        {"conntrack_tcp_timeout_close_wait": "0s"},
+        "conntrack.tcp_close_wait",
+        0,
+    ),
+    (
+        "conntrack:\n  tcpBeLiberal: true",
+        {"conntrack_tcp_be_liberal": True},
+        "conntrack.tcp_be_liberal",
+        True,
+    ),
+    ("conntrack:\n  udpTimeout: 30s", {"conntrack_udp_timeout": "30s"}, "conntrack.udp", 30),
+    (
+        "conntrack:\n  udpStreamTimeout: 2m",
+        {"conntrack_udp_timeout_stream": "2m"},
+        "conntrack.udp_stream",
+        120,
+    ),
+    ("conntrack:\n  maxPerCore: 0", {"conntrack_max_per_core": 0}, "conntrack.max", 0),
+    (
         "nodePortAddresses: [10.0.0.0/8]",
         {"nodeport_addresses": "10.0.0.0/8"},
         "settings.nodeport_addresses",
@@ -257,6 +283,10 @@ def test_ignored_and_used_fields_do_not_overlap() -> None:
         (HEADER, "iptables:\n  masqueradeBit: true", "iptables.masqueradeBit must be a number"),
         (HEADER, "iptables:\n  masqueradeBit: 40", "masqueradeBit 40: must be within the range"),
         (HEADER, "ipvs:\n  tcpTimeout: 900", "ipvs.tcpTimeout must be a duration"),
+        (HEADER, "conntrack:\n  maxPerCore: -1", "conntrack.maxPerCore -1: must be within"),
+        (HEADER, "conntrack:\n  min: 2147483648", "conntrack.min 2147483648: must be within"),
+        (HEADER, "conntrack:\n  udpTimeout: -1s", "conntrack.udpTimeout '-1s': a duration may"),
+        (HEADER, "conntrack:\n  tcpBeLiberal: 1", "conntrack.tcpBeLiberal must be a bool"),
     ],
 )
 def test_bad_files_fail_in_one_line_naming_the_field(
@@ -268,6 +298,33 @@ def test_bad_files_fail_in_one_line_naming_the_field(
     assert str(raised.value).startswith(f"--config {path}: ")
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "per_core", "floor", "expected"),
+    [
+        (2, 32768, 131072, 131072),  # kube-proxy's defaults on a small node: the minimum
+        (8, 32768, 131072, 262144),
+        (64, 32768, 131072, 1 << 20),  # capped, as kube-proxy caps it
+        (8, 0, 131072, 0),  # maxPerCore 0 leaves the limit, minimum included
+    ],
+)
+def test_conntrack_max_is_kube_proxys_per_core_figure(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, per_core: int, floor: int, expected: int
+) -> None:
+    monkeypatch.setattr("ipvsproxy.config.node_cpus", lambda: cpus)
+    config = _from_flags(conntrack_max_per_core=per_core, conntrack_min=floor)
+    assert config.conntrack.max == expected
+
+
+def test_conntrack_defaults_are_kube_proxys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ipvsproxy.config.node_cpus", lambda: 4)
+    conntrack = _from_flags().conntrack
+    assert (conntrack.max, conntrack.tcp_established, conntrack.tcp_close_wait) == (
+        131072,
+        86400,
+        3600,
+    )
 
 
 def test_a_missing_file_fails_in_one_line(tmp_path: Path) -> None:

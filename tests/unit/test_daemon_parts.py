@@ -16,7 +16,7 @@ from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.config import parse_bind_address
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
-from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter
+from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter, configure
 from ipvsproxy.daemon.nodeports import health_check_hosts
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Node, ObjectKey
@@ -231,6 +231,27 @@ def test_text_logs_put_the_fields_after_the_message() -> None:
     assert line.endswith(' info synced now mode="full"')
 
 
+@pytest.mark.parametrize("verbosity", [0, 4])
+def test_verbosity_four_shows_our_debug_lines_and_never_the_libraries(
+    verbosity: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, own = logging.getLogger(), logging.getLogger("ipvsproxy")
+    saved = (root.handlers[:], root.level, own.level)
+    try:
+        configure("text", verbosity)
+        logging.getLogger("ipvsproxy.daemon.daemon").debug("syncing")
+        logging.getLogger("pyroute2.netlink").debug("every message decoded")
+        logging.getLogger("kubernetes.client").info("a library's info")
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        own.setLevel(saved[2])
+    logged = capsys.readouterr().err
+    assert ("debug syncing" in logged) is (verbosity == 4)
+    assert "every message decoded" not in logged
+    assert "a library's info" in logged
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -264,10 +285,12 @@ def test_watch_backoff_doubles_to_its_cap_with_jitter_on_top() -> None:
     ("nodeport_addresses", "expected"),
     [
         ([], None),
-        (["192.168.10.0/24"], ["192.168.10.11"]),
+        # A family the flag names no CIDR of keeps all its addresses, as kube-proxy's.
+        (["192.168.10.0/24"], ["192.168.10.11", "fd00::11"]),
+        (["192.168.10.0/24", "fd00:1::/64"], ["192.168.10.11"]),
         (["192.168.10.0/24", "0.0.0.0/0"], None),
         (["primary"], ["192.168.10.11", "fd00::11"]),
-        (["10.0.0.0/8"], []),
+        (["10.0.0.0/8", "fd00:1::/64"], []),
     ],
 )
 def test_health_check_node_ports_listen_where_nodeport_addresses_says(

@@ -8,7 +8,7 @@ from ipaddress import ip_address, ip_network
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
@@ -18,6 +18,7 @@ from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,
+    BindAddress,
     ChangedKeys,
     ClusterSnapshot,
     DeleteRealServer,
@@ -26,6 +27,7 @@ from ipvsproxy.model import (
     ObjectKey,
     RealServer,
     RealServerKey,
+    SetSysctl,
     SkipReason,
     TransportProtocol,
     UpdateRealServer,
@@ -44,8 +46,10 @@ from tests.daemon_kit import (
     node,
     service,
     service_ip,
+    with_node_interface,
 )
 from tests.unit.test_translate_incremental import Cluster, comparable, step
+from tests.unit.test_translate_rules import NODE_IP as RULES_NODE_IP
 from tests.unit.test_translate_rules import ep, eps, svc, vs
 
 SERVICES = 1000
@@ -214,6 +218,23 @@ def test_a_node_change_is_a_full_sync() -> None:
     assert syncer.sync(after, []).mode is SyncMode.FULL
 
 
+def test_an_address_added_to_an_interface_is_a_full_sync_with_node_ports_on_it() -> None:
+    """kube-proxy's node addresses are the interfaces', read at every sync."""
+    clock = Clock()
+    fake, syncer = make(clock)
+    node_port = service(1, type="NodePort", ports=[{"name": "p", "port": 80, "nodePort": 30080}])
+    objects = [*cluster(1), node_port]
+    syncer.sync(snapshot(objects), [])
+    second = ip_address("10.251.0.11")
+    assert VirtualServerKey(TransportProtocol.TCP, second, 30080) not in fake.recording.fake.dump()
+    fake.addresses.ensure_interface("eth1")
+    fake.addresses.apply("eth1", [BindAddress(second)])
+    clock.now = 1.0
+    report = syncer.sync(snapshot(objects), [], ChangedKeys(frozenset(), frozenset()))
+    assert report.mode is SyncMode.FULL
+    assert VirtualServerKey(TransportProtocol.TCP, second, 30080) in fake.recording.fake.dump()
+
+
 def test_a_node_taking_an_external_ip_is_a_full_sync_that_withdraws_it() -> None:
     clock = Clock()
     fake, syncer = make(clock)
@@ -247,14 +268,43 @@ def kernel_state(fake: FakeKernel) -> tuple[object, ...]:
 
 
 def fake_syncer(clock: Clock) -> tuple[FakeKernel, Syncer]:
-    fake = FakeKernel()
+    # The node of the incremental tests' cluster, with its address on an interface.
+    fake = with_node_interface(FakeKernel(), RULES_NODE_IP)
     kernel = fake.kernel()
     reconciler = Reconciler(kernel, clock=clock)
     return fake, Syncer(kernel, Settings(), sync_period=1e9, reconciler=reconciler, clock=clock)
 
 
+# Found by hypothesis in CI: a service moving its health-check node port onto its own old
+# node port, whose ports were settled new one first, kept the old port in the ipset.
+MOVED_HEALTH_CHECK = [
+    {
+        "kind": "Service",
+        "metadata": {"name": "u", "namespace": "ns"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIPs": ["10.96.0.1"],
+            "ports": [{"name": "a", "port": 80, "protocol": protocol, "nodePort": 30100}],
+            "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": health_check,
+        },
+    }
+    for protocol, health_check in (("TCP", 30101), ("UDP", 30100))
+]
+NODE_PORT_BESIDE = {
+    "kind": "Service",
+    "metadata": {"name": "s", "namespace": "ns", "labels": {}},
+    "spec": {
+        "clusterIPs": ["10.96.0.1"],
+        "ports": [{"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30001}],
+    },
+    "status": {"loadBalancer": {"ingress": []}},
+}
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150)
 @given(st.lists(step, max_size=10), st.lists(step, min_size=1, max_size=12))
+@example(start=[], changes=[NODE_PORT_BESIDE, *MOVED_HEALTH_CHECK])
 def test_incremental_syncs_leave_the_kernel_as_one_full_sync_does(
     start: list[Any], changes: list[Any]
 ) -> None:
@@ -357,18 +407,18 @@ def annotated(index: int, scheduler: str) -> dict[str, Any]:
     return obj
 
 
+def quarantining(fake: RecordingKernel, clock: Clock) -> tuple[Quarantine, Syncer]:
+    """A syncer whose refusals wait in quarantine, as the daemon's, and no periodic full sync."""
+    kernel = fake.kernel()
+    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
+    reconciler = Reconciler(kernel, clock=clock, quarantine=held)
+    return held, Syncer(kernel, Settings(), 3600.0, reconciler=reconciler, clock=clock)
+
+
 def test_a_service_whose_scheduler_the_kernel_cannot_load_never_makes_a_sync_full() -> None:
     clock = Clock()
     fake = RecordingKernel(schedulers=SCHEDULERS - {"sed"})
-    kernel = fake.kernel()
-    held = Quarantine(try_scheduler=partial(try_scheduler, kernel.ipvs), accepted_schedulers={"rr"})
-    syncer = Syncer(
-        kernel,
-        Settings(),
-        sync_period=3600.0,
-        reconciler=Reconciler(kernel, clock=clock, quarantine=held),
-        clock=clock,
-    )
+    held, syncer = quarantining(fake, clock)
     objects = replaced(cluster(50), annotated(7, "sed"))
     refused = VirtualServerKey(TransportProtocol.TCP, ip_address("10.96.0.8"), 80)
 
@@ -393,3 +443,42 @@ def test_a_service_whose_scheduler_the_kernel_cannot_load_never_makes_a_sync_ful
     # Nothing was ever sent for it: the scheduler was tried once, on the probe address.
     sent = [op for op in fake.take_ops() if virtual_of(op) == refused]
     assert sent == []
+
+
+def test_a_sysctl_the_proxy_may_not_write_is_one_named_refusal_and_never_makes_a_sync_full() -> (
+    None
+):
+    """The chart's proxy without privileges sees /proc/sys read-only: each parameter it would
+    change is refused once, waits in quarantine, and changes still go incrementally."""
+    clock = Clock()
+    fake = RecordingKernel()
+    fake.sysctl.read_only = True
+    held, syncer = quarantining(fake, clock)
+    objects = cluster(20)
+
+    first = syncer.sync(snapshot(objects), [])
+
+    assert first.mode is SyncMode.FULL
+    assert all(isinstance(f.op, SetSysctl) for f in first.result.refused)
+    refused = {
+        (f.op.name, f.error.message) for f in first.result.refused if isinstance(f.op, SetSysctl)
+    }
+    assert refused == {
+        (name, "Read-only file system")
+        for name in (
+            "net.ipv4.vs.conntrack",
+            "net.ipv4.vs.expire_nodest_conn",
+            "net.ipv4.vs.expire_quiescent_template",
+            "net.ipv4.ip_forward",
+        )
+    }
+    assert not first.result.needs_full
+    assert held.counts() == {("sysctl", "EROFS"): 4}
+    # Everything else was written.
+    assert len(fake.recording.fake.dump()) == 20
+    modes = []
+    for index in range(1, 4):
+        clock.now = float(index)
+        objects = replaced(objects, endpoint_slice(index, endpoints=3))
+        modes.append(syncer.sync(snapshot(objects), []).mode)
+    assert modes == [SyncMode.INCREMENTAL] * 3

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS
+from ipvsproxy.kernel.protocols import CONNTRACK_HASHSIZE
+from ipvsproxy.kernel.sysctl import ProcSysctl
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
 from ipvsproxy.plan_json import operation_json
+from ipvsproxy.reconcile.initialize import initialize
 from ipvsproxy.reconcile.parameters import (
+    CONNTRACK_MAX,
     READ,
+    ConntrackSettings,
     parse_kernel_release,
     plan_sysctls,
     plan_timeouts,
@@ -182,3 +189,91 @@ def test_parameters_not_read_are_not_planned() -> None:
     counts = plan_sync(state, KernelState(), strict_arp=True, timeouts=timeouts).counts()
     assert "SetSysctl" not in counts
     assert "SetIPVSTimeouts" not in counts
+
+
+CONNTRACK = ConntrackSettings(
+    max=262144, tcp_established=86400, tcp_close_wait=3600, tcp_be_liberal=True, udp=30
+)
+# A 6.1 kernel's own conntrack values on a small machine.
+KERNEL_CONNTRACK = {
+    CONNTRACK_MAX: "65536",
+    CONNTRACK_HASHSIZE: "16384",
+    "net.netfilter.nf_conntrack_tcp_timeout_established": "432000",
+    "net.netfilter.nf_conntrack_tcp_timeout_close_wait": "60",
+    "net.netfilter.nf_conntrack_tcp_be_liberal": "0",
+    "net.netfilter.nf_conntrack_udp_timeout": "30",
+    "net.netfilter.nf_conntrack_udp_timeout_stream": "120",
+}
+
+
+def _conntrack_ops(**current: str) -> dict[str, str]:
+    values = {**_current("6.1.0"), **KERNEL_CONNTRACK, **current}
+    planned = plan_sysctls(values, strict_arp=False, conntrack=CONNTRACK)
+    return {op.name: op.value for op in planned if "conntrack" in op.name and "vs." not in op.name}
+
+
+def test_conntrack_is_set_as_kube_proxy_sets_it() -> None:
+    assert _conntrack_ops() == {
+        CONNTRACK_MAX: "262144",
+        CONNTRACK_HASHSIZE: "65536",
+        "net.netfilter.nf_conntrack_tcp_timeout_established": "86400",
+        "net.netfilter.nf_conntrack_tcp_timeout_close_wait": "3600",
+        "net.netfilter.nf_conntrack_tcp_be_liberal": "1",
+    }
+    values = {**_current("6.1.0"), **KERNEL_CONNTRACK}
+    planned = plan_sysctls(values, strict_arp=False, conntrack=CONNTRACK)
+    # kube-proxy sets conntrack's before its proxier's own.
+    assert planned[0].name == CONNTRACK_MAX
+    assert planned[-1].name.startswith("net.ipv4")
+
+
+def test_conntrack_max_and_its_hash_table_are_only_ever_raised() -> None:
+    planned = _conntrack_ops(**{CONNTRACK_MAX: "1048576", CONNTRACK_HASHSIZE: "262144"})
+    assert CONNTRACK_MAX not in planned and CONNTRACK_HASHSIZE not in planned
+    # The hash table follows the maximum asked for, even where the node's is already higher.
+    assert _conntrack_ops(**{CONNTRACK_MAX: "300000"})[CONNTRACK_HASHSIZE] == "65536"
+
+
+def test_conntrack_parameters_the_kernel_lacks_wait_for_nf_conntrack() -> None:
+    values = {name: v for name, v in _current("6.1.0").items() if name not in KERNEL_CONNTRACK}
+    assert not any(
+        "netfilter" in op.name or "nf_conntrack" in op.name
+        for op in plan_sysctls(values, strict_arp=False, conntrack=CONNTRACK)
+    )
+
+
+def test_nothing_of_conntrack_is_touched_unless_asked() -> None:
+    values = {**_current("6.1.0"), **KERNEL_CONNTRACK}
+    assert all(
+        "vs." in op.name or "ip_forward" in op.name for op in plan_sysctls(values, strict_arp=False)
+    )
+
+
+def test_a_module_parameter_is_read_and_written_as_a_sysctl(tmp_path: Path) -> None:
+    parameters = tmp_path / "module" / "nf_conntrack" / "parameters"
+    parameters.mkdir(parents=True)
+    (parameters / "hashsize").write_text("16384\n")
+    sysctl = ProcSysctl(tmp_path / "sys", tmp_path / "module")
+    assert sysctl.get(CONNTRACK_HASHSIZE) == "16384"
+    sysctl.set(CONNTRACK_HASHSIZE, "65536")
+    assert (parameters / "hashsize").read_text() == "65536\n"
+    assert sysctl.get("module.nf_nat.parameters.nothing") is None
+
+
+def test_init_only_sets_the_parameters_and_nothing_else() -> None:
+    fake = FakeKernel()
+    fake.sysctl.values.update(KERNEL_CONNTRACK)
+    settings = ReconcilerSettings(
+        strict_arp=True, ipvs_timeouts=IPVSTimeouts(tcp=900), conntrack=CONNTRACK
+    )
+    outcome = initialize(fake.kernel(), settings)
+    assert not outcome.failures
+    assert fake.sysctl.values[CONNTRACK_MAX] == "262144"
+    assert fake.sysctl.values["net.ipv4.vs.conntrack"] == "1"
+    assert fake.ipvs.timeouts().tcp == 900
+    assert fake.ipvs.dump() == {}
+    assert not fake.addresses.interface_exists("kube-ipvs0")
+    # The proxy's first full sync then finds nothing of them to write.
+    plan = Reconciler(fake.kernel(), settings).plan(desired({TCP_VS: [POD_A]}))
+    assert plan.sysctls == () and plan.timeouts == ()
+    assert initialize(fake.kernel(), settings).applied == ()

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,8 +15,11 @@ from click.testing import CliRunner
 from ipvsproxy import cli
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,
@@ -26,7 +33,9 @@ from ipvsproxy.model import (
     UpdateRealServer,
     VirtualServer,
     VirtualServerKey,
+    VirtualServerState,
 )
+from ipvsproxy.owners import owners_of
 from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
 from ipvsproxy.show import build_view, view_json, view_text
 from ipvsproxy.translate import Settings, translate
@@ -75,7 +84,7 @@ def _kernel_table(desired: DesiredState) -> IPVSTable:
 
 def test_service_ports_are_named_and_foreign_virtual_servers_listed_last() -> None:
     desired = _desired()
-    view = build_view(_kernel_table(desired), desired)
+    view = build_view(_kernel_table(desired), owners_of(desired))
     owners = [str(port.owner) if port.owner else None for port in view]
     assert owners == [
         "kube-system/kube-dns:dns",
@@ -92,9 +101,9 @@ def test_service_ports_are_named_and_foreign_virtual_servers_listed_last() -> No
 
 def test_weight_zero_is_draining_only_when_the_endpoint_is_no_longer_wanted() -> None:
     desired = _desired()
-    (dns,) = build_view(_kernel_table(desired), desired, ObjectKey("kube-system", "kube-dns"))[
-        0
-    ].virtual_servers
+    (dns,) = build_view(
+        _kernel_table(desired), owners_of(desired), ObjectKey("kube-system", "kube-dns")
+    )[0].virtual_servers
     draining = {str(row.state.server.key): row.draining for row in dns.real_servers}
     # 10.244.0.5 is wanted (weight 0 is a drift the next sync repairs), 10.244.9.9 is not.
     assert draining == {"10.244.0.5:53": False, "10.244.1.7:53": False, "10.244.9.9:53": True}
@@ -102,9 +111,9 @@ def test_weight_zero_is_draining_only_when_the_endpoint_is_no_longer_wanted() ->
 
 def test_filter_keeps_one_service_and_drops_unowned() -> None:
     desired = _desired()
-    view = build_view(_kernel_table(desired), desired, ObjectKey("shop", "web"))
+    view = build_view(_kernel_table(desired), owners_of(desired), ObjectKey("shop", "web"))
     assert [str(port.owner) for port in view] == ["shop/web:http"]
-    assert build_view(_kernel_table(desired), desired, ObjectKey("shop", "absent")) == []
+    assert build_view(_kernel_table(desired), owners_of(desired), ObjectKey("shop", "absent")) == []
 
 
 def test_kernel_alone_has_no_names_and_weight_zero_counts_as_draining() -> None:
@@ -118,7 +127,7 @@ def test_kernel_alone_has_no_names_and_weight_zero_counts_as_draining() -> None:
 
 def test_text_table_shows_counters_and_draining() -> None:
     desired = _desired()
-    text = view_text(build_view(_kernel_table(desired), desired))
+    text = view_text(build_view(_kernel_table(desired), owners_of(desired)))
     lines = text.splitlines()
     assert lines[0].split() == [
         "SERVICE", "PORT", "KIND", "VIRTUAL", "SERVER", "SCHEDULER", "REAL", "SERVER",
@@ -147,7 +156,7 @@ def test_text_table_shows_counters_and_draining() -> None:
 
 def test_json_carries_every_counter() -> None:
     desired = _desired()
-    document = json.loads(view_json(build_view(_kernel_table(desired), desired)))
+    document = json.loads(view_json(build_view(_kernel_table(desired), owners_of(desired))))
     dns = document[0]
     assert (dns["service"], dns["portName"]) == ("kube-system/kube-dns", "dns")
     (virtual,) = dns["virtualServers"]
@@ -174,9 +183,27 @@ def test_json_carries_every_counter() -> None:
     assert document[-1]["service"] is None
 
 
+def _kernel_holding(table: IPVSTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKernel()
+    fake.ipvs.apply([AddVirtualServer(state.server) for state in table.values()])
+    fake.ipvs.apply(
+        [
+            AddRealServer(key, real.server)
+            for key, state in table.items()
+            for real in state.real_servers.values()
+        ]
+    )
+
+    @contextmanager
+    def opened() -> Iterator[Kernel]:
+        yield fake.kernel()
+
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    monkeypatch.setattr(cli, "real_kernel", opened)
+
+
 def test_show_command_names_rows_from_source(monkeypatch: pytest.MonkeyPatch) -> None:
-    table = _kernel_table(_desired())
-    monkeypatch.setattr(cli, "_kernel_ipvs_table", lambda: table)
+    _kernel_holding(_kernel_table(_desired()), monkeypatch)
     args = ["show", "shop/web", "--source", str(EXAMPLE), "--hostname-override", "node-a"]
     result = CliRunner().invoke(main, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
@@ -200,3 +227,114 @@ def test_show_filter_must_be_namespace_slash_name(argument: str) -> None:
     result = CliRunner().invoke(main, ["show", argument])
     assert result.exit_code == 2
     assert result.output == f"ipvsproxy: {argument!r} is not NAMESPACE/NAME\n"
+
+
+class _Reads(FakeIPVS):
+    """Counts what show reads of the kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dumps = 0
+        self.read: list[VirtualServerKey] = []
+
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
+        self.dumps += 1
+        return super().dump(real_servers=real_servers, traffic=traffic)
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        self.read.append(key)
+        return super().virtual_server(key)
+
+
+@pytest.fixture
+def proxy_here(tmp_path: Path) -> Iterator[tuple[Path, DesiredState]]:
+    """A daemon that has synced the example cluster, serving /metrics on a free port; and a
+    config file naming that port, as the chart's ConfigMap names 10249, and a kubeconfig (one
+    that does not exist, so that reading the cluster would fail), as it does with apiServer."""
+    daemon = Daemon(
+        FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=("127.0.0.1", 0))
+    )
+    snapshot, _ = load_snapshot(EXAMPLE, "node-a")
+    desired = daemon.syncer.sync(snapshot, []).desired
+    daemon.serve()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+        f"metricsBindAddress: 127.0.0.1:{daemon.ports[0]}\n"
+        "clientConnection:\n  kubeconfig: /nonexistent/kubeconfig.conf\n"
+    )
+    try:
+        yield config, desired
+    finally:
+        daemon.http.stop()
+
+
+def test_show_names_rows_from_the_proxy_on_this_node_and_reads_only_its_service(
+    monkeypatch: pytest.MonkeyPatch, proxy_here: tuple[Path, DesiredState]
+) -> None:
+    config, desired = proxy_here
+    reads = _Reads()
+    table = _kernel_table(desired)
+    reads.apply([AddVirtualServer(state.server) for state in table.values()])
+    fake = FakeKernel()
+    fake.ipvs = reads
+
+    @contextmanager
+    def opened() -> Iterator[Kernel]:
+        yield fake.kernel()
+
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    monkeypatch.setattr(cli, "real_kernel", opened)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = CliRunner().invoke(
+        main, ["show", "shop/web", "--config", str(config), "--output", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert [port["service"] for port in json.loads(result.stdout)] == ["shop/web"]
+    web = {
+        key for key, wanted in desired.virtual_servers.items() if wanted.owner.service.name == "web"
+    }
+    assert (reads.dumps, set(reads.read)) == (0, web)
+    everything = CliRunner().invoke(main, ["show", "--config", str(config)])
+    assert "kube-system/kube-dns:dns" in everything.stdout
+    assert reads.dumps == 1
+
+
+def test_without_a_proxy_or_a_cluster_show_says_why_it_names_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _kernel_holding(_kernel_table(_desired()), monkeypatch)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+        "metricsBindAddress: 127.0.0.1:0\n"
+    )
+    result = CliRunner().invoke(main, ["show", "--config", str(config)])
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "ipvsproxy: no Service names: the proxy's metrics are off (port 0), and with them its "
+        "translation\n"
+    )
+    assert "kube-dns" not in result.stdout
+    assert result.stdout.splitlines()[-1] == "9 virtual servers, 15 real servers (2 draining)"
+
+
+def test_the_daemon_answers_owners_beside_metrics(proxy_here: tuple[Path, DesiredState]) -> None:
+    config, _ = proxy_here
+    found = re.search(r"metricsBindAddress: 127\.0\.0\.1:(\d+)", config.read_text())
+    assert found is not None
+    port = int(found[1])
+
+    def get(path: str) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+
+    status, body = get("/owners/shop/web")
+    assert status == 200
+    assert {entry["service"] for entry in json.loads(body)["virtualServers"]} == {"shop/web"}
+    for bad in ("/owners/shop", "/owners/a/b/c", "/owners//web"):
+        assert get(bad)[0] == 404
+    assert get("/metrics")[0] == 200

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.model import IPFamily
 from ipvsproxy.translate import Settings, translate
-from tests.unit.test_translate_rules import ep, eps, run, svc
+from tests.unit.test_translate_rules import DUAL_NODE, ep, eps, run, svc
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
 
@@ -134,9 +135,12 @@ def test_health_check_node_port_in_each_family_of_the_service() -> None:
             "healthCheckNodePort": 32001,
         }
     )
-    sets = filled([service])
-    assert sets["KUBE-6-HEALTH-CHECK-NODE-PORT"] == {"32001"}
-    assert "KUBE-HEALTH-CHECK-NODE-PORT" not in sets
+    snapshot, _ = snapshot_from_objects([DUAL_NODE, service], "node-a")
+    sets = translate(snapshot, Settings()).ipsets
+    assert sets["KUBE-6-HEALTH-CHECK-NODE-PORT"].entries == {"32001"}
+    assert not sets["KUBE-HEALTH-CHECK-NODE-PORT"].entries
+    # A node without an IPv6 address serves no IPv6 NodePort, nor its health check.
+    assert "KUBE-6-HEALTH-CHECK-NODE-PORT" not in filled([service])
 
 
 def test_sctp_node_port_entries_name_each_node_address() -> None:

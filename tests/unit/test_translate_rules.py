@@ -20,10 +20,11 @@ from ipvsproxy.model import (
 from ipvsproxy.translate import Settings, parse_nodeport_addresses, translate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cluster.yaml"
+NODE_IP = "192.168.0.1"
 NODE = {
     "kind": "Node",
     "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
-    "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]},
+    "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]},
 }
 
 

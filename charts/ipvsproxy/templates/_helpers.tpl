@@ -56,9 +56,25 @@ app.kubernetes.io/component: service-proxy
 {{- if and (gt (int .Values.metrics.port) 0) (not (include "ipvsproxy.isLoopback" .Values.metrics.bindAddress)) }}true{{ end }}
 {{- end }}
 
-{{/* Where the ConfigMap is mounted; kube-proxy keeps its own in /var/lib/kube-proxy. */}}
+{{/* Where the ConfigMap is mounted; kube-proxy's own goes where kube-proxy mounts it, so
+the kubeconfig.conf its config.conf names is found. */}}
 {{- define "ipvsproxy.configDir" -}}
-/var/lib/ipvsproxy
+{{- if .Values.existingConfigMap.name }}/var/lib/kube-proxy{{ else }}/var/lib/ipvsproxy{{ end }}
+{{- end }}
+
+{{- define "ipvsproxy.configFile" -}}
+{{ include "ipvsproxy.configDir" . }}/{{ if .Values.existingConfigMap.name }}{{ .Values.existingConfigMap.key }}{{ else }}config.yaml{{ end }}
+{{- end }}
+
+{{/* Whether a privileged init container sets the kernel parameters: the proxy itself can
+when privileged. */}}
+{{- define "ipvsproxy.initKernelParameters" -}}
+{{- if and .Values.initKernelParameters (not .Values.privileged) }}true{{ end }}
+{{- end }}
+
+{{/* The job label Prometheus gives the series: the operator's default is the Service name. */}}
+{{- define "ipvsproxy.job" -}}
+{{- .Values.metrics.serviceMonitor.job | default (printf "%s-metrics" (include "ipvsproxy.fullname" .)) }}
 {{- end }}
 
 {{/* Whether an address is a wildcard (every address of the node). */}}

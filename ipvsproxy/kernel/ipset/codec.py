@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterable
 
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
@@ -20,7 +21,7 @@ from ipvsproxy.kernel.netlink import (
     attribute,
     attributes,
 )
-from ipvsproxy.model import IP_PROTOCOL_NUMBERS, IPFamily, IPSetSpec
+from ipvsproxy.model import IP_PROTOCOL_NUMBERS, IPFamily, IPSetContent, IPSetSpec
 
 # kube-proxy's defaults (pkg/proxy/ipvs/ipset): every hash set, and the bitmap:port range.
 HASH_SIZE = 1024
@@ -142,18 +143,97 @@ def decode_text(payload: bytes) -> str:
     return payload.rstrip(b"\0").decode()
 
 
+# The extensions a set may be created with (IPSET_ATTR_CADT_FLAGS), as ipset(8) names them.
+EXTENSION_FLAGS = (
+    (nfipset.IPSET_FLAG_WITH_COUNTERS, "counters"),
+    (nfipset.IPSET_FLAG_WITH_COMMENT, "comment"),
+    (nfipset.IPSET_FLAG_WITH_FORCEADD, "forceadd"),
+    (nfipset.IPSET_FLAG_WITH_SKBINFO, "skbinfo"),
+)
+
+
+def _u32(payload: bytes) -> int:
+    (value,) = struct.unpack(">I", payload[:4])
+    return int(value)
+
+
+def _u16(payload: bytes) -> int:
+    (value,) = struct.unpack(">H", payload[:2])
+    return int(value)
+
+
+def header_options(data: bytes) -> tuple[str, ...]:
+    """The creation options a listed set's header shows beyond kube-proxy's own, as ipset(8)
+    prints them. The hash size is left out: the kernel grows it as the set fills."""
+    found = dict(attributes(data))
+    options: list[str] = []
+    maxelem = found.get(ATTR["IPSET_ATTR_MAXELEM"])
+    if maxelem is not None and _u32(maxelem) != MAX_ELEMENTS:
+        options.append(f"maxelem {_u32(maxelem)}")
+    start, end = found.get(ATTR["IPSET_ATTR_PORT"]), found.get(ATTR["IPSET_ATTR_PORT_TO"])
+    if start is not None and end is not None and (_u16(start), _u16(end)) != PORT_RANGE:
+        options.append(f"range {_u16(start)}-{_u16(end)}")
+    netmask = found.get(ATTR["IPSET_ATTR_NETMASK"])
+    if netmask is not None:
+        options.append(f"netmask {netmask[0]}")
+    timeout = found.get(ATTR["IPSET_ATTR_TIMEOUT"])
+    if timeout is not None:
+        options.append(f"timeout {_u32(timeout)}")
+    flags = found.get(ATTR["IPSET_ATTR_CADT_FLAGS"])
+    if flags is not None:
+        options += [name for flag, name in EXTENSION_FLAGS if _u32(flags) & flag]
+    return tuple(options)
+
+
 def reply_spec(fields: dict[int, bytes]) -> IPSetSpec:
-    """A set's name, type and family from a reply that carries its header."""
+    """A set's name, type and family from a reply that carries its header, and its options
+    where the reply has them (a list's header does, the header command's does not)."""
     nfproto = fields[ATTR["IPSET_ATTR_FAMILY"]][0]
+    data = fields.get(ATTR["IPSET_ATTR_DATA"])
     return IPSetSpec(
         decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]]),
         decode_text(fields[ATTR["IPSET_ATTR_TYPENAME"]]),
         IPFamily.IPV6 if nfproto == NFPROTO_IPV6 else IPFamily.IPV4,
+        options=header_options(data) if data is not None else (),
     )
+
+
+def decode_list(messages: Iterable[bytes]) -> dict[str, IPSetContent]:
+    """The sets and entries of the kernel's answer to IPSET_CMD_LIST."""
+    specs: dict[str, IPSetSpec] = {}
+    entries: dict[str, set[str]] = {}
+    # A large set comes in several messages; only the first names its type and family.
+    for message in messages:
+        fields = reply_attributes(message)
+        name = decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]])
+        if ATTR["IPSET_ATTR_TYPENAME"] in fields:
+            specs[name] = reply_spec(fields)
+        members = entries.setdefault(name, set())
+        for _, data in attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b"")):
+            members.add(format_entry(data))
+    return {
+        name: IPSetContent(spec, frozenset(entries.get(name, ()))) for name, spec in specs.items()
+    }
 
 
 def nfproto(spec: IPSetSpec) -> int:
     return NFPROTO_UNSPEC if spec.set_type == "bitmap:port" else NFPROTO_BY_FAMILY[spec.family]
+
+
+def create_body(spec: IPSetSpec, revision: int) -> bytes:
+    """What ``ipset create`` sends for ``spec``, at the type's ``revision``."""
+    return request_body(
+        spec.name,
+        string(ATTR["IPSET_ATTR_TYPENAME"], spec.set_type),
+        u8("IPSET_ATTR_REVISION", revision),
+        u8("IPSET_ATTR_FAMILY", nfproto(spec)),
+        create_data(spec.set_type),
+    )
+
+
+def swap_body(name: str, other: str) -> bytes:
+    """What ``ipset swap NAME OTHER`` sends."""
+    return request_body(name, string(ATTR_SETNAME2, other))
 
 
 def create_data(set_type: str) -> bytes:

@@ -61,6 +61,11 @@ def check_spec(spec: IPSetSpec) -> None:
         raise EntryError(
             f"set {spec.name}: type {spec.set_type!r} is not one of {', '.join(SET_TYPES)}"
         )
+    if spec.options:
+        raise EntryError(
+            f"set {spec.name}: sets are made only with kube-proxy's options, not "
+            f"{' '.join(spec.options)}"
+        )
 
 
 def _address(text: str, family: IPFamily) -> IPAddress:
@@ -118,6 +123,12 @@ def parse_entry(text: str, set_type: str, family: IPFamily) -> Entry:
     return entry
 
 
+def same_kind(one: IPSetSpec, other: IPSetSpec) -> bool:
+    """Whether two sets hold the same kind of entries (type and family), whatever their
+    options: what creating an existing set and swapping two sets require."""
+    return (one.set_type, as_listed(one).family) == (other.set_type, as_listed(other).family)
+
+
 def as_listed(spec: IPSetSpec) -> IPSetSpec:
     """What listing the kernel tells of a set made from ``spec``.
 
@@ -125,4 +136,4 @@ def as_listed(spec: IPSetSpec) -> IPSetSpec:
     as IPv4): compare a desired spec with a listed one through this.
     """
     family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
-    return IPSetSpec(spec.name, spec.set_type, family)
+    return IPSetSpec(spec.name, spec.set_type, family, options=spec.options)

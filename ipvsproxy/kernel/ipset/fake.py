@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Mapping, Sequence
 
-from ipvsproxy.kernel.ipset.entries import as_listed
+from ipvsproxy.kernel.ipset.entries import as_listed, same_kind
 from ipvsproxy.kernel.ipset.refusals import (
     busy,
     checked,
@@ -19,7 +19,8 @@ from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
 class FakeIPSets:
     """In-memory sets that refuse what the kernel refuses, with the kernel's errnos.
 
-    ``hold`` stands for an iptables rule that refers to a set.
+    ``hold`` stands for an iptables rule that refers to a set; ``plant`` for a set someone
+    else made.
     """
 
     def __init__(self) -> None:
@@ -39,7 +40,7 @@ class FakeIPSets:
         if existing is None:
             self._specs[spec.name] = spec
             self._entries[spec.name] = set()
-        elif as_listed(existing) != as_listed(spec):
+        elif not same_kind(existing, spec):
             raise exists_differently(spec)
 
     def destroy(self, name: str) -> None:
@@ -77,7 +78,15 @@ class FakeIPSets:
         refused_entries(
             content.spec, entries, [e if isinstance(e, OpError) else None for e in parsed]
         )
+        # Swapped in whole: the new set's options with its entries.
+        self._specs[content.spec.name] = content.spec
         self._entries[content.spec.name] = {str(entry) for entry in parsed}
 
     def hold(self, name: str) -> None:
         self._held.add(name)
+
+    def plant(self, content: IPSetContent) -> None:
+        """A set someone else made, with creation options of its own (``ipset create NAME
+        TYPE maxelem 1024``), which ``create`` never makes."""
+        self._specs[content.spec.name] = content.spec
+        self._entries[content.spec.name] = set(content.entries)

@@ -18,19 +18,18 @@ from pyroute2.netlink.nfnetlink import ipset as nfipset
 from ipvsproxy.kernel.errors import IPSetError
 from ipvsproxy.kernel.ipset.codec import (
     ATTR,
-    ATTR_SETNAME2,
-    create_data,
-    decode_text,
+    create_body,
+    decode_list,
     entry_data,
-    format_entry,
     nfproto,
     reply_attributes,
     reply_spec,
     request_body,
     string,
+    swap_body,
     u8,
 )
-from ipvsproxy.kernel.ipset.entries import SET_TYPES, as_listed
+from ipvsproxy.kernel.ipset.entries import SET_TYPES, same_kind
 from ipvsproxy.kernel.ipset.refusals import (
     busy,
     checked,
@@ -44,7 +43,6 @@ from ipvsproxy.kernel.netlink import (
     NETLINK_NETFILTER,
     NLM_F_DUMP,
     BatchSocket,
-    attributes,
 )
 from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
 
@@ -77,21 +75,7 @@ class NetlinkIPSets:
         return self._socket.request((NFNL_SUBSYS_IPSET << 8) | command, flags, body)
 
     def list_sets(self) -> Mapping[str, IPSetContent]:
-        specs: dict[str, IPSetSpec] = {}
-        entries: dict[str, set[str]] = {}
-        # A large set comes in several messages; only the first names its type and family.
-        for message in self._request(nfipset.IPSET_CMD_LIST, request_body(None), NLM_F_DUMP):
-            fields = reply_attributes(message)
-            name = decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]])
-            if ATTR["IPSET_ATTR_TYPENAME"] in fields:
-                specs[name] = reply_spec(fields)
-            members = entries.setdefault(name, set())
-            for _, data in attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b"")):
-                members.add(format_entry(data))
-        return {
-            name: IPSetContent(spec, frozenset(entries.get(name, ())))
-            for name, spec in specs.items()
-        }
+        return decode_list(self._request(nfipset.IPSET_CMD_LIST, request_body(None), NLM_F_DUMP))
 
     def _spec(self, name: str) -> IPSetSpec | None:
         """The type and family of one set, from its header alone."""
@@ -124,17 +108,10 @@ class NetlinkIPSets:
         # The kernel's own check of an existing set ignores its family: compare it ourselves.
         existing = self._spec(spec.name)
         if existing is not None:
-            if as_listed(existing) != as_listed(spec):
+            if not same_kind(existing, spec):
                 raise exists_differently(spec)
             return
-        family = nfproto(spec)
-        body = request_body(
-            spec.name,
-            string(ATTR["IPSET_ATTR_TYPENAME"], spec.set_type),
-            u8("IPSET_ATTR_REVISION", self._revision(spec.set_type, family)),
-            u8("IPSET_ATTR_FAMILY", family),
-            create_data(spec.set_type),
-        )
+        body = create_body(spec, self._revision(spec.set_type, nfproto(spec)))
         try:
             self._request(nfipset.IPSET_CMD_CREATE, body)
         except OSError as error:
@@ -197,9 +174,8 @@ class NetlinkIPSets:
         self.create(temporary)
         try:
             refused_entries(spec, entries, self.add(temporary.name, entries))
-            body = request_body(spec.name, string(ATTR_SETNAME2, temporary.name))
             try:
-                self._request(nfipset.IPSET_CMD_SWAP, body)
+                self._request(nfipset.IPSET_CMD_SWAP, swap_body(spec.name, temporary.name))
             except OSError as error:
                 raise _failed(f"replace set {spec.name}", error) from None
         finally:

@@ -15,6 +15,7 @@ write per process, never one per sync.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,7 +33,13 @@ from ipvsproxy.kernel.iptables.text import (
     table_block,
     target,
 )
-from ipvsproxy.model import IPTABLES_CHAINS, IPFamily, IptablesJump, IptablesRuleset
+from ipvsproxy.model import (
+    IPTABLES_CHAINS,
+    IPFamily,
+    IptablesChainDiff,
+    IptablesJump,
+    IptablesRuleset,
+)
 
 OUR_CHAINS: Mapping[str, frozenset[str]] = {
     table: frozenset(chains) for table, chains in IPTABLES_CHAINS.items()
@@ -106,6 +113,30 @@ def _held(tables: Tables, ruleset: IptablesRuleset, desired: _View) -> _View:
     return _View(chains, jumps)
 
 
+def _chain_diff(
+    family: IPFamily, key: tuple[str, str], held: tuple[Rule, ...] | None, wanted: tuple[Rule, ...]
+) -> IptablesChainDiff | None:
+    """The rules only one side has, each once per surplus copy, in the side's own order."""
+    if _same(held, wanted):
+        return None
+    have = [render_rule(canonical(rule)) for rule in held or ()]
+    want = [render_rule(canonical(rule)) for rule in wanted]
+    return IptablesChainDiff(
+        family, *key, new=held is None, added=_surplus(want, have), removed=_surplus(have, want)
+    )
+
+
+def _surplus(rules: list[str], other: list[str]) -> tuple[str, ...]:
+    spare = Counter(other)
+    found: list[str] = []
+    for rule in rules:
+        if spare[rule]:
+            spare[rule] -= 1
+        else:
+            found.append(rule)
+    return tuple(found)
+
+
 def _restore_text(ruleset: IptablesRuleset, held: _View, expected: tuple[_View, ...]) -> str:
     """Our chains whole, and the jumps of each built-in chain whose jumps drifted, first."""
     desired = expected[0]
@@ -168,6 +199,16 @@ class _Iptables:
         self.netfilter.restore(family, _restore_text(ruleset, held, expected))
         self._written[family] = (desired, _held(self._tables(family), ruleset, desired))
         return True
+
+    def diff(self, ruleset: IptablesRuleset) -> tuple[IptablesChainDiff, ...]:
+        desired = _desired(ruleset)
+        held = _held(self._tables(ruleset.family), ruleset, desired)
+        pairs = [
+            *((key, held.chains[key], rules or ()) for key, rules in desired.chains.items()),
+            *((key, held.jumps[key], rules) for key, rules in desired.jumps.items()),
+        ]
+        found = (_chain_diff(ruleset.family, key, have, want) for key, have, want in pairs)
+        return tuple(diff for diff in found if diff is not None)
 
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
         tables = self._tables(family)

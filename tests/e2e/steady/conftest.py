@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.conftest import running_daemon
-from tests.lab.apiserver import LabApiServer
+from tests.lab.apiserver import ClusterApi
 from tests.lab.daemon import Daemon
 
 # Short, so the drift scenario sees a full resync repair the kernel within its wait.
@@ -15,7 +15,7 @@ SYNC_PERIOD = 10.0
 
 
 @pytest.fixture(scope="package")
-def daemon(api: LabApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def daemon(api: ClusterApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     directory = tmp_path_factory.mktemp("steady")
     with running_daemon(api, directory, "--ipvs-sync-period", f"{SYNC_PERIOD:g}s") as running:
         yield running

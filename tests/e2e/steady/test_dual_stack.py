@@ -9,9 +9,6 @@ from tests.lab.netns import Client, Pod
 from tests.lab.objects import endpoint, endpoint_slice, port, service, slice_port
 from tests.lab.traffic import tcp_requests, wait_answered_by
 
-V6_ONLY = "fd00:10:96::10:1"
-DUAL = ("10.96.10.2", "fd00:10:96::10:2")
-
 
 def test_ipv6_and_dual_stack_services_answer_on_every_family(
     cluster: Cluster, pods: Pods, client: Callable[[Pod | None], Client]
@@ -21,16 +18,18 @@ def test_ipv6_and_dual_stack_services_answer_on_every_family(
     names = {b.name for b in backends}
     v4 = [endpoint(str(b.ipv4)) for b in backends]
     v6 = [endpoint(str(b.ipv6)) for b in backends]
-    cluster.apply(
-        service("v6", [V6_ONLY], [port(80)]),
+    [v6_only, _, dual, _, _] = cluster.apply(
+        service("v6", [], [port(80)], families=("IPv6",)),
         endpoint_slice("v6", v6, [slice_port()], address_type="IPv6"),
-        service("ds", list(DUAL), [port(80)]),
+        service("ds", [], [port(80)], families=("IPv4", "IPv6")),
         endpoint_slice("ds", v4, [slice_port()]),
         endpoint_slice("ds", v6, [slice_port()], address_type="IPv6"),
     )
+    addresses = [*v6_only["spec"]["clusterIPs"], *dual["spec"]["clusterIPs"]]
+    assert len(addresses) == 3, addresses
 
     for where in (caller, None):
-        for address in (V6_ONLY, *DUAL):
+        for address in addresses:
             wait_answered_by(client(where), address, 80, names)
             tally = tcp_requests(client(where), address, 80, 10)
             assert tally.failures == [], (where, address)

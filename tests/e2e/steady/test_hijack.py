@@ -8,10 +8,9 @@ from collections.abc import Callable
 from tests.e2e.conftest import Cluster, Pods
 from tests.lab.daemon import Daemon
 from tests.lab.netns import Client, Pod
-from tests.lab.objects import endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import cluster_ip, endpoint, endpoint_slice, port, service, slice_port
 from tests.lab.traffic import LoadGenerator, udp_requests, wait_answered_by
 
-DNS_IP = "10.96.0.10"
 SKIPPED = "ipvsproxy_objects_skipped_total"
 
 
@@ -30,8 +29,8 @@ def test_dns_keeps_answering_while_another_namespace_claims_its_address(
     thief = pods("thief", 53)
     caller = client(pods("dns-caller"))
     names = {p.name for p in dns}
-    cluster.apply(
-        service("kube-dns", [DNS_IP], dns_ports(), namespace="kube-system"),
+    [dns_service, _] = cluster.apply(
+        service("kube-dns", [], dns_ports(), namespace="kube-system"),
         endpoint_slice(
             "kube-dns",
             [endpoint(str(p.ipv4)) for p in dns],
@@ -39,16 +38,15 @@ def test_dns_keeps_answering_while_another_namespace_claims_its_address(
             namespace="kube-system",
         ),
     )
-    wait_answered_by(caller, DNS_IP, 53, names)
-    wait_answered_by(caller, DNS_IP, 53, names, protocol="UDP")
+    dns_ip = cluster_ip(dns_service)
+    wait_answered_by(caller, dns_ip, 53, names)
+    wait_answered_by(caller, dns_ip, 53, names, protocol="UDP")
     skipped_before = daemon.metrics().value(SKIPPED)
 
-    with LoadGenerator(caller, DNS_IP, 53) as load:
+    with LoadGenerator(caller, dns_ip, 53) as load:
         # "attacker" sorts before "kube-system": first come must not mean first served.
         cluster.apply(
-            service(
-                "grab", ["10.96.15.1"], dns_ports(), namespace="attacker", externalIPs=[DNS_IP]
-            ),
+            service("grab", [], dns_ports(), namespace="attacker", externalIPs=[dns_ip]),
             endpoint_slice(
                 "grab", [endpoint(str(thief.ipv4))], dns_slice_ports(), namespace="attacker"
             ),
@@ -57,7 +55,7 @@ def test_dns_keeps_answering_while_another_namespace_claims_its_address(
         daemon.wait_for_metric(SKIPPED, skipped_before)
         daemon.wait_synced_since(time.time())
         load.wait_for_requests(10)
-        udp = udp_requests(caller, DNS_IP, 53, 10)
+        udp = udp_requests(caller, dns_ip, 53, 10)
 
     assert load.tally.failures == []
     assert set(load.tally.answers) == names

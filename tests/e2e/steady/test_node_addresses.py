@@ -14,7 +14,15 @@ from tests.e2e.conftest import Cluster, Pods
 from tests.lab.daemon import Daemon
 from tests.lab.kernel_state import link_addresses, virtual_servers
 from tests.lab.netns import Client, Node, Pod, serve_names, stop_servers
-from tests.lab.objects import JsonObject, endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import (
+    JsonObject,
+    cluster_ip,
+    endpoint,
+    endpoint_slice,
+    port,
+    service,
+    slice_port,
+)
 from tests.lab.objects import node as node_object
 from tests.lab.traffic import tcp_requests, wait_answered_by
 
@@ -35,10 +43,10 @@ def node_listeners() -> Iterator[str]:
 
 
 def tenant_service(
-    name: str, cluster_ip: str, ports: tuple[int, ...], backend: Pod, **spec: Any
+    name: str, ports: tuple[int, ...], backend: Pod, **spec: Any
 ) -> tuple[JsonObject, JsonObject]:
     return (
-        service(name, [cluster_ip], [port(n, target=n, name=f"p{n}") for n in ports], **spec),
+        service(name, [], [port(n, target=n, name=f"p{n}") for n in ports], **spec),
         endpoint_slice(
             name, [endpoint(str(backend.ipv4))], [slice_port(n, name=f"p{n}") for n in ports]
         ),
@@ -56,11 +64,11 @@ def test_external_ips_on_this_node_leave_its_own_ports_to_it(
     callers = [Client(pods("np-caller").namespace), Client(pods.outside("np-outsider").namespace)]
     callers.append(Client(None))
     skipped = daemon.metrics().value(SKIPPED, reason="node_address")
-    cluster.apply(
-        *tenant_service("tenant", "10.96.22.1", NODE_PORTS, tenant, externalIPs=[str(node.ipv4)])
+    [stored, _] = cluster.apply(
+        *tenant_service("tenant", NODE_PORTS, tenant, externalIPs=[str(node.ipv4)])
     )
     # The rest of the Service is served: the daemon has taken it in.
-    wait_answered_by(callers[0], "10.96.22.1", 22, {tenant.name})
+    wait_answered_by(callers[0], cluster_ip(stored), 22, {tenant.name})
     daemon.wait_for_metric(SKIPPED, skipped, reason="node_address")
     daemon.wait_synced_since(time.time())
 
@@ -84,10 +92,9 @@ def test_a_service_on_another_nodes_address_leaves_that_node_reachable(
     tenant = pods("tenant-c", *OTHER_NODE_PORTS)
     callers = [client(pods("other-caller")), client(None)]
     skipped = daemon.metrics().value(SKIPPED, reason="node_address")
-    cluster.apply(
+    [stored, _] = cluster.apply(
         *tenant_service(
             "tenant-c",
-            "10.96.22.2",
             OTHER_NODE_PORTS,
             tenant,
             service_type="LoadBalancer",
@@ -95,7 +102,7 @@ def test_a_service_on_another_nodes_address_leaves_that_node_reachable(
             externalIPs=[OTHER_NODE_IP],
         )
     )
-    wait_answered_by(callers[0], "10.96.22.2", 6443, {tenant.name})
+    wait_answered_by(callers[0], cluster_ip(stored), 6443, {tenant.name})
     # Both the external IP and the ingress IP are refused.
     daemon.wait_for_metric(SKIPPED, skipped + 1, reason="node_address")
     daemon.wait_synced_since(time.time())

@@ -6,7 +6,15 @@ from collections.abc import Callable
 
 from tests.e2e.conftest import Cluster, Pods
 from tests.lab.netns import Client, Node, Pod
-from tests.lab.objects import JsonObject, endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import (
+    JsonObject,
+    endpoint,
+    endpoint_slice,
+    node_port,
+    port,
+    service,
+    slice_port,
+)
 from tests.lab.traffic import APPLY_TIMEOUT, http_get, tcp_requests, wait_answered_by, wait_until
 
 
@@ -19,31 +27,35 @@ def test_node_port_serves_a_client_outside_the_pod_network(
     backends = [pods(f"np-{index}") for index in range(2)]
     outside = client(pods.outside("np-outside"))
     names = {backend.name for backend in backends}
-    cluster.apply(
-        service("np", ["10.96.2.1"], [port(80, node_port=30021)], service_type="NodePort"),
+    [stored, _] = cluster.apply(
+        service("np", [], [port(80)], service_type="NodePort"),
         endpoint_slice("np", [endpoint(str(b.ipv4)) for b in backends], [slice_port()]),
     )
+    allocated = node_port(stored)
 
-    wait_answered_by(outside, str(node.ipv4), 30021, names)
-    tally = tcp_requests(outside, str(node.ipv4), 30021, 40)
+    wait_answered_by(outside, str(node.ipv4), allocated, names)
+    tally = tcp_requests(outside, str(node.ipv4), allocated, 40)
 
     assert tally.failures == []
     assert set(tally.answers) == names
 
 
-def local_service(
-    name: str, cluster_ip: str, node_port: int, health_port: int, lb_ip: str
-) -> JsonObject:
-    """A LoadBalancer service with externalTrafficPolicy Local."""
+def local_service(name: str, lb_ip: str) -> JsonObject:
+    """A LoadBalancer service with externalTrafficPolicy Local (the API server allocates its
+    node port and health-check node port)."""
     return service(
         name,
-        [cluster_ip],
-        [port(80, node_port=node_port)],
+        [],
+        [port(80)],
         service_type="LoadBalancer",
         ingress_ips=(lb_ip,),
         externalTrafficPolicy="Local",
-        healthCheckNodePort=health_port,
     )
+
+
+def health_port(stored: JsonObject) -> int:
+    number: int = stored["spec"]["healthCheckNodePort"]
+    return number
 
 
 def test_local_policy_reaches_only_local_pods_and_health_follows_them(
@@ -58,15 +70,15 @@ def test_local_policy_reaches_only_local_pods_and_health_follows_them(
     on_node = client(None)
     endpoints = [endpoint(str(p.ipv4), "node-a") for p in local]
     endpoints += [endpoint(str(p.ipv4), "node-b") for p in remote]
-    cluster.apply(
-        local_service("etp", "10.96.4.1", 30041, 32004, "10.99.4.1"),
+    [stored, _] = cluster.apply(
+        local_service("etp", "10.99.4.1"),
         endpoint_slice("etp", endpoints, [slice_port()]),
     )
     local_names = {p.name for p in local}
 
-    wait_answered_by(outside, str(node.ipv4), 30041, local_names)
-    tally = tcp_requests(outside, str(node.ipv4), 30041, 30)
-    health = http_get(on_node, str(node.ipv4), 32004, "/")
+    wait_answered_by(outside, str(node.ipv4), node_port(stored), local_names)
+    tally = tcp_requests(outside, str(node.ipv4), node_port(stored), 30)
+    health = http_get(on_node, str(node.ipv4), health_port(stored), "/")
 
     assert tally.failures == []
     assert set(tally.answers) == local_names
@@ -79,7 +91,7 @@ def test_local_policy_reaches_only_local_pods_and_health_follows_them(
     cluster.apply(endpoint_slice("etp", endpoints[2:], [slice_port()]))
 
     wait_until(
-        lambda: http_get(on_node, str(node.ipv4), 32004, "/").status == 503,
+        lambda: http_get(on_node, str(node.ipv4), health_port(stored), "/").status == 503,
         APPLY_TIMEOUT,
         "the health-check node port answers 503 once node-a has no endpoint",
     )
@@ -94,15 +106,15 @@ def test_local_policy_without_local_endpoints_still_serves_pods_on_the_node(
     remote = [pods(f"etp16-b{index}") for index in range(2)]
     caller = client(pods("etp16-caller"))
     names = {p.name for p in remote}
-    cluster.apply(
-        local_service("etp16", "10.96.16.1", 30161, 32016, "10.99.16.1"),
+    [stored, _] = cluster.apply(
+        local_service("etp16", "10.99.16.1"),
         endpoint_slice("etp16", [endpoint(str(p.ipv4), "node-b") for p in remote], [slice_port()]),
     )
 
-    for address, service_port in ((str(node.ipv4), 30161), ("10.99.16.1", 80)):
+    for address, service_port in ((str(node.ipv4), node_port(stored)), ("10.99.16.1", 80)):
         wait_answered_by(caller, address, service_port, names)
         tally = tcp_requests(caller, address, service_port, 10)
         assert tally.failures == []
         assert set(tally.answers) == names
-    health = http_get(client(None), str(node.ipv4), 32016, "/")
+    health = http_get(client(None), str(node.ipv4), health_port(stored), "/")
     assert health.status == 503, health

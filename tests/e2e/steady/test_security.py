@@ -11,11 +11,10 @@ import pytest
 from tests.e2e.conftest import Cluster, Pods
 from tests.lab.daemon import Daemon
 from tests.lab.netns import Client, Node, Pod, serve_names, stop_servers
-from tests.lab.objects import endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import cluster_ip, endpoint, endpoint_slice, port, service, slice_port
 from tests.lab.traffic import tcp_requests, wait_answered_by
 
 HOST_PORT = 7013
-CLUSTER_IP = "10.96.13.1"
 EXTERNAL_IP = "10.99.13.2"
 LOAD_BALANCER_IP = "10.99.13.3"
 FENCED_IP = "10.99.13.10"
@@ -40,11 +39,11 @@ def test_a_node_port_outside_every_service_is_not_reachable_through_service_ips(
 ) -> None:
     backend = pods("guarded")
     callers = [pods("guard-caller"), pods.outside("guard-outside")]
-    cluster.apply(
+    [stored, _] = cluster.apply(
         service(
             "guarded",
-            [CLUSTER_IP],
-            [port(80, node_port=30131)],
+            [],
+            [port(80)],
             service_type="LoadBalancer",
             ingress_ips=(LOAD_BALANCER_IP,),
             externalIPs=[EXTERNAL_IP],
@@ -56,7 +55,7 @@ def test_a_node_port_outside_every_service_is_not_reachable_through_service_ips(
         patient, impatient = client(caller), Client(caller.namespace, timeout=REFUSAL_TIMEOUT)
         # The host server answers on the node's own address: its silence below is the filter's.
         assert tcp_requests(patient, str(node.ipv4), HOST_PORT, 1).answers == {host_server: 1}
-        for address in (CLUSTER_IP, EXTERNAL_IP, LOAD_BALANCER_IP):
+        for address in (cluster_ip(stored), EXTERNAL_IP, LOAD_BALANCER_IP):
             wait_answered_by(patient, address, 80, {backend.name})
             leaked = tcp_requests(impatient, address, HOST_PORT, 1)
             assert leaked.answers == {}, (caller.name, address)
@@ -71,8 +70,8 @@ def test_load_balancer_source_ranges_admit_only_listed_clients(
     cluster.apply(
         service(
             "fenced",
-            ["10.96.13.11"],
-            [port(80, node_port=30132)],
+            [],
+            [port(80)],
             service_type="LoadBalancer",
             ingress_ips=(FENCED_IP,),
             loadBalancerSourceRanges=[f"{p.ipv4}/32" for p in admitted],

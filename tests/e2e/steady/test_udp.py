@@ -9,10 +9,8 @@ from tests.e2e.conftest import Cluster, Pods
 from tests.lab.daemon import Daemon
 from tests.lab.kernel_state import weights
 from tests.lab.netns import Client, Pod
-from tests.lab.objects import endpoint, endpoint_slice, port, service, slice_port
+from tests.lab.objects import cluster_ip, endpoint, endpoint_slice, port, service, slice_port
 from tests.lab.traffic import APPLY_TIMEOUT, UdpConversation, wait_answered_by, wait_until
-
-VIP = "10.96.9.1"
 
 
 def test_datagrams_after_an_endpoint_goes_reach_a_live_pod(
@@ -21,12 +19,13 @@ def test_datagrams_after_an_endpoint_goes_reach_a_live_pod(
     backends = {name: pods(name) for name in ("udp-a", "udp-b")}
     caller = client(pods("udp-caller"))
     ports = [slice_port(8080, "UDP")]
-    cluster.apply(
-        service("udp", [VIP], [port(53, "UDP")]),
+    [stored, _] = cluster.apply(
+        service("udp", [], [port(53, "UDP")]),
         endpoint_slice("udp", [endpoint(str(b.ipv4)) for b in backends.values()], ports),
     )
-    wait_answered_by(caller, VIP, 53, set(backends), protocol="UDP")
-    conversation = UdpConversation(caller, VIP, 53)
+    vip = cluster_ip(stored)
+    wait_answered_by(caller, vip, 53, set(backends), protocol="UDP")
+    conversation = UdpConversation(caller, vip, 53)
     first = conversation.tally(3)
     assert first.failures == []
     assert len(first.answers) == 1, first.answers
@@ -36,7 +35,7 @@ def test_datagrams_after_an_endpoint_goes_reach_a_live_pod(
     cluster.apply(endpoint_slice("udp", [endpoint(str(backends[live].ipv4))], ports))
     pods.remove(backends[used])
     wait_until(
-        lambda: f"{backends[used].ipv4}:8080" not in weights("-u", f"{VIP}:53"),
+        lambda: f"{backends[used].ipv4}:8080" not in weights("-u", f"{vip}:53"),
         APPLY_TIMEOUT,
         f"{used} leaves the UDP service",
     )
