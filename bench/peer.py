@@ -67,6 +67,7 @@ from ipvsproxy.model import TransportProtocol, VirtualServerKey
 from tests.controlplane.build import located
 from tests.controlplane.cluster import ApiError, ControlPlane
 from tests.lab.controlplane import LabControlPlane, lab_binaries
+from tests.lab.kube_proxy import iptables_links
 from tests.lab.netns import inside, ip_batch, sh
 
 PROXIES = ("ipvsproxy", "kube_proxy")
@@ -143,18 +144,6 @@ def proxy_config(kubeconfig: Path, sync_periods: dict[str, str]) -> dict[str, An
         },
         "ipvs": {"scheduler": "rr", **sync_periods},
     }
-
-
-def iptables_links(folder: Path, backend: str) -> Path:
-    """``iptables`` and its kin linked to the backend that works in this boot, for kube-proxy's
-    PATH: it calls them by name, and ours detects the same one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for family in ("iptables", "ip6tables"):
-        for suffix in ("", "-save", "-restore"):
-            link = folder / f"{family}{suffix}"
-            link.unlink(missing_ok=True)
-            link.symlink_to(f"/usr/sbin/{family}-{backend}{suffix}")
-    return folder
 
 
 class ApiWriter:
