@@ -151,17 +151,18 @@ def expected_table(node: Node) -> set[str]:
         virtual("-t", "10.96.40.1:443"),
         virtual("-t", "203.0.113.10:443"),
     }
-    for node_ip in node_addresses(node):
+    addresses = node_addresses(node)
+    for node_ip in addresses:
         table |= {virtual("-t", f"{node_ip}:30080", " -p 3600"), virtual("-t", f"{node_ip}:31443")}
     for flag, port in (("-t", 53), ("-u", 53), ("-t", 9153)):
         table |= {
             real(flag, f"10.96.0.10:{port}", f"{ip}:{port}") for ip in ("10.244.0.5", "10.244.1.7")
         }
-    for vip in ("10.96.12.5:80", *(f"{node_ip}:30080" for node_ip in node_addresses(node))):
+    for vip in ("10.96.12.5:80", *(f"{node_ip}:30080" for node_ip in addresses)):
         table |= {real("-t", vip, f"{ip}:8080") for ip in ("10.244.0.20", "10.244.1.21")}
     table |= {real("-t", "10.96.40.1:443", f"{ip}:8443") for ip in ("10.244.0.30", "10.244.2.31")}
     # externalTrafficPolicy: Local: node-a's own endpoint only.
-    local_vips = ("203.0.113.10:443", *(f"{node_ip}:31443" for node_ip in node_addresses(node)))
+    local_vips = ("203.0.113.10:443", *(f"{node_ip}:31443" for node_ip in addresses))
     table |= {real("-t", vip, "10.244.0.30:8443") for vip in local_vips}
     return table
 
