@@ -1,4 +1,4 @@
-"""Sessions: a bare ``nox`` runs lint, typecheck, tests, lowest, kernel, e2e and differential;
+"""Sessions: a bare ``nox`` runs lint, typecheck, tests, kernel, e2e and differential; lowest,
 bench, image on request."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "lowest", "kernel", "e2e", "differential"]
+nox.options.sessions = ["lint", "typecheck", "tests", "kernel", "e2e", "differential"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 

@@ -521,25 +521,18 @@ def traffic_external_ip(ns: str, phase: str) -> Build:
 
 
 def traffic_source_ranges(ns: str, phase: str) -> Build:
-    allowed = _simple(
-        ns,
-        "allowed",
-        [port(80)],
-        twins(1, 2),
-        type="LoadBalancer",
-        loadBalancerSourceRanges=["10.252.0.2/32"],
-        ingress=(_lb(40),),
-    )
-    denied = _simple(
-        ns,
-        "denied",
-        [port(80)],
-        twins(1, 2),
-        type="LoadBalancer",
-        loadBalancerSourceRanges=["192.0.2.0/24"],
-        ingress=(_lb(41),),
-    )
-    return allowed + denied
+    def ranged(name: str, source_range: str, ingress: int) -> Build:
+        return _simple(
+            ns,
+            name,
+            [port(80)],
+            twins(1, 2),
+            type="LoadBalancer",
+            loadBalancerSourceRanges=[source_range],
+            ingress=(_lb(ingress),),
+        )
+
+    return ranged("allowed", "10.252.0.2/32", 40) + ranged("denied", "192.0.2.0/24", 41)
 
 
 def traffic_hairpin(ns: str, phase: str) -> Build:

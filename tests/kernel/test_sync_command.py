@@ -26,7 +26,7 @@ import yaml
 from click.testing import CliRunner
 
 from ipvsproxy.cli import main
-from tests.lab.netns import Client, Node, Pod, ask, sh
+from tests.lab.netns import POD_GATEWAY_IPV4, Client, Node, Pod, ask, sh
 
 EXAMPLE = Path("examples/cluster.yaml")
 EXAMPLE_NODE_IP = "192.168.10.11"
@@ -130,7 +130,13 @@ def caller(node: Node, cluster: Path, client: Callable[[Pod | None], Client]) ->
     return client(node.add_pod("caller"))
 
 
-def expected_table(node_ip: str) -> set[str]:
+def node_addresses(node: Node) -> tuple[str, ...]:
+    """The node's own IPv4 addresses, where its NodePorts serve, as kube-proxy's: its
+    interface's and the pods' gateway the lab gives each pod's link."""
+    return (str(node.ipv4), POD_GATEWAY_IPV4)
+
+
+def expected_table(node: Node) -> set[str]:
     def virtual(flag: str, address: str, extra: str = "") -> str:
         return f"-A {flag} {address} -s rr{extra}"
 
@@ -142,22 +148,22 @@ def expected_table(node_ip: str) -> set[str]:
         virtual("-u", "10.96.0.10:53"),
         virtual("-t", "10.96.0.10:9153"),
         virtual("-t", "10.96.12.5:80", " -p 3600"),
-        virtual("-t", f"{node_ip}:30080", " -p 3600"),
         virtual("-t", "10.96.40.1:443"),
-        virtual("-t", f"{node_ip}:31443"),
         virtual("-t", "203.0.113.10:443"),
     }
+    addresses = node_addresses(node)
+    for node_ip in addresses:
+        table |= {virtual("-t", f"{node_ip}:30080", " -p 3600"), virtual("-t", f"{node_ip}:31443")}
     for flag, port in (("-t", 53), ("-u", 53), ("-t", 9153)):
         table |= {
             real(flag, f"10.96.0.10:{port}", f"{ip}:{port}") for ip in ("10.244.0.5", "10.244.1.7")
         }
-    for vip in ("10.96.12.5:80", f"{node_ip}:30080"):
+    for vip in ("10.96.12.5:80", *(f"{node_ip}:30080" for node_ip in addresses)):
         table |= {real("-t", vip, f"{ip}:8080") for ip in ("10.244.0.20", "10.244.1.21")}
     table |= {real("-t", "10.96.40.1:443", f"{ip}:8443") for ip in ("10.244.0.30", "10.244.2.31")}
     # externalTrafficPolicy: Local: node-a's own endpoint only.
-    table |= {
-        real("-t", vip, "10.244.0.30:8443") for vip in (f"{node_ip}:31443", "203.0.113.10:443")
-    }
+    local_vips = ("203.0.113.10:443", *(f"{node_ip}:31443" for node_ip in addresses))
+    table |= {real("-t", vip, "10.244.0.30:8443") for vip in local_vips}
     return table
 
 
@@ -166,7 +172,7 @@ def test_example_cluster_is_programmed_exactly_and_serves_each_port(
 ) -> None:
     sync(cluster, run=ipvsproxy_process)
 
-    assert ipvs_table() == expected_table(str(node.ipv4))
+    assert ipvs_table() == expected_table(node)
     assert set(caller.tcp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
     assert set(caller.udp_names(DNS_IP, 53, 20)) == {"dns-a", "dns-b"}
     assert set(caller.tcp_names(DNS_IP, 9153, 20)) == {"dns-a", "dns-b"}
@@ -179,7 +185,7 @@ def test_example_cluster_is_programmed_exactly_and_serves_each_port(
     assert set(caller.tcp_names(str(node.ipv4), 31443, 10)) == {"gw-a"}
 
     assert ipvsproxy_process("cleanup").status == 0
-    assert not ipvs_table() & expected_table(str(node.ipv4))
+    assert not ipvs_table() & expected_table(node)
 
 
 def test_the_node_itself_reaches_cluster_ips_and_node_ports(
@@ -248,7 +254,7 @@ def test_flushed_table_is_restored(node: Node, cluster: Path, caller: Client) ->
     sh("ipvsadm", "-C")
     sync(cluster)
 
-    assert ipvs_table() == expected_table(str(node.ipv4))
+    assert ipvs_table() == expected_table(node)
     assert set(caller.tcp_names(DNS_IP, 53, 10)) == {"dns-a", "dns-b"}
 
 
@@ -266,7 +272,7 @@ def test_takeover_check_passes_a_node_programmed_alike_and_names_a_busy_server_i
         busy = ipvsproxy(*takeover, str(shrunk))
 
     assert alike.status == 0, alike.stdout + alike.stderr
-    assert "takeover: 8 virtual servers adopted, 8 of them as they are; 0 IPVS writes" in (
+    assert "takeover: 10 virtual servers adopted, 10 of them as they are; 0 IPVS writes" in (
         alike.stdout
     )
     assert "takeover: safe" in alike.stdout
