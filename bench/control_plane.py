@@ -15,7 +15,7 @@ from typing import Any
 from bench.cluster import NODE_NAME, as_list, cluster_objects
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.gcpause import decode_json
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
 

@@ -47,7 +47,7 @@ from bench.cluster import (
 )
 from bench.daemon_latency import stop
 from ipvsproxy import cli
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from tests.api.fake_apiserver import FakeApiServer
 
 PHASES = ("first_sync", "changes", "scrapes", "relist")

@@ -34,7 +34,7 @@ from ipvsproxy.cluster.parse import (
     snapshot_from_objects,
 )
 from ipvsproxy.daemon.syncer import Syncer, SyncMode
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import ChangedKeys, ObjectKey
 from ipvsproxy.translate import Settings
 

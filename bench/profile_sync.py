@@ -24,8 +24,9 @@ from typing import Any
 from bench.cluster import NODE_NAME
 from bench.lab_scale import fresh_namespace
 from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.kernel.bundle import FakeKernel, real_kernel
+from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings, translate
 

@@ -6,9 +6,8 @@ from collections.abc import Callable, Collection, Sequence
 from ipaddress import ip_address
 from typing import Any
 
-from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeIPVS, FakeKernel
 from ipvsproxy.model import (
     SCHEDULERS,
     BatchResult,

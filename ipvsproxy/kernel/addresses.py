@@ -1,5 +1,5 @@
 """Service addresses on the dummy interface (kube-ipvs0), and the node's own addresses: the
-kernel through rtnetlink, and a fake.
+kernel through rtnetlink (the fake: ``kernel.testing.FakeAddresses``).
 
 Like kube-proxy, the interface is a dummy link left DOWN: the kernel still adds the local
 routes that make its addresses ours, but never answers ARP/NDP for them on a real wire.
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import socket
 import struct
 from collections.abc import Iterator, Sequence
 
 from pyroute2.iproute.linux import IPRoute
 
+from ipvsproxy.kernel.errors import refused
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NLM_F_CREATE,
@@ -28,17 +28,13 @@ from ipvsproxy.kernel.netlink import (
     attributes,
     refusals_as_os_errors,
 )
-from ipvsproxy.model import AddressOp, BatchResult, BindAddress, IPAddress, OpError
+from ipvsproxy.model import AddressOp, BatchResult, BindAddress, IPAddress
 
 IFA_F_NODAD = 0x02
 
 
 def _prefix_length(address: IPAddress) -> int:
     return 32 if address.version == 4 else 128
-
-
-def _refusal(code: int) -> OpError:
-    return OpError(code, os.strerror(code))
 
 
 # rtnetlink (linux/rtnetlink.h, linux/if_addr.h)
@@ -190,48 +186,5 @@ class NetlinkAddresses:
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult:
         index = self._index(name)
         if index is None:
-            return [_refusal(errno.ENODEV) for _ in ops]
+            return [refused(errno.ENODEV) for _ in ops]
         return self._socket.apply([address_request(op, index) for op in ops])
-
-
-class FakeAddresses:
-    """In-memory interfaces and addresses, refusing with the kernel's errnos."""
-
-    def __init__(self) -> None:
-        self._interfaces: dict[str, set[IPAddress]] = {}
-
-    def interface_exists(self, name: str) -> bool:
-        return name in self._interfaces
-
-    def ensure_interface(self, name: str) -> None:
-        self._interfaces.setdefault(name, set())
-
-    def delete_interface(self, name: str) -> None:
-        self._interfaces.pop(name, None)
-
-    def addresses(self, name: str) -> frozenset[IPAddress]:
-        return frozenset(self._interfaces.get(name, ()))
-
-    def all_addresses(self) -> frozenset[IPAddress]:
-        return frozenset().union(*self._interfaces.values())
-
-    def local_addresses(self, except_interface: str) -> frozenset[IPAddress]:
-        return frozenset().union(
-            *(found for name, found in self._interfaces.items() if name != except_interface)
-        )
-
-    def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult:
-        bound = self._interfaces.get(name)
-        if bound is None:
-            return [_refusal(errno.ENODEV) for _ in ops]
-        results: BatchResult = []
-        for op in ops:
-            if isinstance(op, BindAddress):
-                refused = op.address in bound
-                bound.add(op.address)
-                results.append(_refusal(errno.EEXIST) if refused else None)
-            else:
-                refused = op.address not in bound
-                bound.discard(op.address)
-                results.append(_refusal(errno.EADDRNOTAVAIL) if refused else None)
-        return results

@@ -1,36 +1,18 @@
-"""The machine's kernel and the in-memory fakes, each as one ``Kernel``."""
+"""The machine's kernel as one ``Kernel`` (the in-memory one is ``kernel.testing.FakeKernel``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack, NetlinkConntrack
+from ipvsproxy.kernel.addresses import NetlinkAddresses
+from ipvsproxy.kernel.conntrack import NetlinkConntrack
 from ipvsproxy.kernel.errors import IPVSUnavailable
-from ipvsproxy.kernel.ipset.fake import FakeIPSets
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
-from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
-from ipvsproxy.kernel.ipvs import AbsentIPVS, FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
+from ipvsproxy.kernel.ipvs import AbsentIPVS, NetlinkIPVS
 from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
-from ipvsproxy.kernel.sysctl import FRESH_KERNEL_SYSCTLS, FakeSysctl, ProcSysctl
-
-
-class FakeKernel:
-    """The in-memory fakes, each under its own type so tests can reach their extra controls."""
-
-    def __init__(self) -> None:
-        self.ipvs = FakeIPVS()
-        self.addresses = FakeAddresses()
-        self.ipsets = FakeIPSets()
-        self.iptables = FakeIptables(lambda: self.ipsets.list_sets().keys())
-        self.sysctl = FakeSysctl(FRESH_KERNEL_SYSCTLS)
-        self.conntrack = FakeConntrack()
-
-    def kernel(self) -> Kernel:
-        return Kernel(
-            self.ipvs, self.addresses, self.ipsets, self.iptables, self.sysctl, self.conntrack
-        )
+from ipvsproxy.kernel.sysctl import ProcSysctl
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Connection tracking flows of services: the kernel's through ctnetlink, and a fake.
+"""Connection tracking flows of services: the kernel's through ctnetlink (fake: ``kernel.testing``).
 
 When a UDP endpoint goes away, flows NATed to it stay in conntrack and keep sending the
 client's packets to a pod that is gone (kube-proxy issues #71514, #77802) until they time out;
@@ -61,25 +61,6 @@ class Flow:
         return self.service, self.endpoint
 
 
-class FakeConntrack:
-    """An in-memory conntrack table; tests seed it with ``add_flow``."""
-
-    def __init__(self) -> None:
-        self._flows: set[Flow] = set()
-
-    def add_flow(self, flow: Flow) -> None:
-        self._flows.add(flow)
-
-    def flows(self) -> frozenset[Flow]:
-        return frozenset(self._flows)
-
-    def delete_entries(self, targets: Sequence[FlowTarget]) -> list[int | OpError]:
-        doomed = [{flow for flow in self._flows if flow.target() == target} for target in targets]
-        for flows in doomed:
-            self._flows -= flows
-        return [len(flows) for flows in doomed]
-
-
 def _family(address: IPAddress) -> int:
     return socket.AF_INET if address.version == 4 else socket.AF_INET6
 
@@ -125,18 +106,6 @@ def delete_request(flow: Flow) -> Request:
     original += attribute(NLA_F_NESTED | CTA_TUPLE_PROTO, ports)
     header = NFGEN_HEADER.pack(_family(flow.client), NFNETLINK_V0, 0)
     return CT_DELETE, 0, header + attribute(NLA_F_NESTED | CTA_TUPLE_ORIG, original)
-
-
-def original_tuple(flow: Flow) -> NFCTAttrTuple:
-    """The tuple of the flow's first packet, by which the kernel knows the flow."""
-    return NFCTAttrTuple(
-        family=_family(flow.client),
-        saddr=str(flow.client),
-        daddr=str(flow.service.address),
-        proto=IP_PROTOCOL_NUMBERS[flow.service.protocol],
-        sport=flow.client_port,
-        dport=flow.service.port,
-    )
 
 
 class NetlinkConntrack:

@@ -47,6 +47,11 @@ class IPVSUnavailable(PreconditionError):
 KERNEL_ERRORS: tuple[type[Exception], ...] = (OSError, IptablesError)
 
 
+def refused(code: int) -> OpError:
+    """The kernel's answer to one op it refused with errno ``code``."""
+    return OpError(code, os.strerror(code))
+
+
 def refusal(error: Exception) -> OpError:
     code = getattr(error, "errno", None) or getattr(error, "code", None) or 0
     # OSError's strerror carries the kernel layer's own wording (ipset errnos have no strerror).

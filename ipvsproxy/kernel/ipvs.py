@@ -1,4 +1,4 @@
-"""IPVS virtual servers: the real kernel over generic netlink, and an in-memory fake.
+"""IPVS virtual servers: the real kernel over generic netlink (the fake: ``kernel.testing``).
 
 ``NetlinkIPVS`` encodes requests with pyroute2's message classes but sends them through a
 ``BatchSocket``, many per ``sendmsg``, so one refused op becomes that op's ``OpError`` while
@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import socket
 import struct
 import sys
-import threading
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
-from ipvsproxy.kernel.errors import IPVSUnavailable
+from ipvsproxy.kernel.errors import IPVSUnavailable, refused
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
     NETLINK_GENERIC,
@@ -36,7 +33,6 @@ from ipvsproxy.kernel.netlink import (
 from ipvsproxy.model import (
     IP_PROTOCOL_NUMBERS,
     PROTOCOLS_BY_NUMBER,
-    SCHEDULERS,
     AddRealServer,
     AddVirtualServer,
     BatchResult,
@@ -47,7 +43,6 @@ from ipvsproxy.model import (
     IPVSOp,
     IPVSTable,
     IPVSTimeouts,
-    OpError,
     RealServer,
     RealServerKey,
     RealServerState,
@@ -426,115 +421,4 @@ class AbsentIPVS:
         raise OSError(errno.EPROTONOSUPPORT, "the kernel has no IPVS")
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        return [_refusal(errno.EPROTONOSUPPORT) for _ in ops]
-
-
-@dataclass
-class _FakeVirtualServer:
-    server: VirtualServer
-    real_servers: dict[RealServerKey, RealServer] = field(default_factory=dict)
-    # (active, inactive) connections, as tests set them; a deleted real server loses them.
-    connections: dict[RealServerKey, tuple[int, int]] = field(default_factory=dict)
-
-    def state(self, real_servers: bool = True) -> VirtualServerState:
-        return VirtualServerState(
-            self.server,
-            {
-                key: RealServerState(real, *self.connections.get(key, (0, 0)))
-                for key, real in self.real_servers.items()
-            }
-            if real_servers
-            else {},
-        )
-
-
-def _refusal(code: int) -> OpError:
-    return OpError(code, os.strerror(code))
-
-
-class FakeIPVS:
-    """An in-memory IPVS table that refuses ops with the errnos the kernel uses."""
-
-    def __init__(self, schedulers: Collection[str] = SCHEDULERS) -> None:
-        """``schedulers``: those the kernel has or can load a module for (tests may change
-        them meanwhile, as a module that becomes loadable)."""
-        self._table: dict[VirtualServerKey, _FakeVirtualServer] = {}
-        self.schedulers = frozenset(schedulers)
-        self._timeouts = KERNEL_DEFAULT_TIMEOUTS
-        # The kernel serialises its table: a scrape thread may read while a sync writes.
-        self._lock = threading.Lock()
-
-    def timeouts(self) -> IPVSTimeouts:
-        return self._timeouts
-
-    def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
-        self._timeouts = IPVSTimeouts(
-            tcp=timeouts.tcp or self._timeouts.tcp,
-            tcp_fin=timeouts.tcp_fin or self._timeouts.tcp_fin,
-            udp=timeouts.udp or self._timeouts.udp,
-        )
-
-    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
-        # No traffic passes through the fake: its statistics are always zero.
-        with self._lock:
-            return {key: entry.state(real_servers) for key, entry in self._table.items()}
-
-    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
-        with self._lock:
-            entry = self._table.get(key)
-            return None if entry is None else entry.state()
-
-    def set_connections(
-        self, virtual: VirtualServerKey, real: RealServerKey, active: int, inactive: int = 0
-    ) -> None:
-        """Stand for clients: the ActiveConn/InActConn the kernel would count for ``real``."""
-        with self._lock:
-            entry = self._table[virtual]
-            if real not in entry.real_servers:
-                raise KeyError(real)
-            entry.connections[real] = (active, inactive)
-
-    def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        with self._lock:
-            return [self._apply_one(op) for op in ops]
-
-    def _apply_one(self, op: IPVSOp) -> OpError | None:
-        match op:
-            case AddVirtualServer(server) | UpdateVirtualServer(server):
-                exists = server.key in self._table
-                if isinstance(op, AddVirtualServer) and exists:
-                    return _refusal(errno.EEXIST)
-                if isinstance(op, UpdateVirtualServer) and not exists:
-                    return _refusal(errno.ESRCH)
-                if server.scheduler not in self.schedulers:
-                    return _refusal(errno.ENOENT)
-                stored = VirtualServer(
-                    server.key, server.scheduler, server.flags & WRITABLE_FLAGS, server.timeout
-                )
-                if exists:
-                    self._table[server.key].server = stored
-                else:
-                    self._table[server.key] = _FakeVirtualServer(stored)
-            case DeleteVirtualServer(key):
-                if self._table.pop(key, None) is None:
-                    return _refusal(errno.ESRCH)
-            case AddRealServer(virtual, server) | UpdateRealServer(virtual, server):
-                entry = self._table.get(virtual)
-                if entry is None:
-                    return _refusal(errno.ESRCH)
-                if server.key.address.version != virtual.address.version:
-                    return _refusal(errno.EINVAL)
-                exists = server.key in entry.real_servers
-                if isinstance(op, AddRealServer) and exists:
-                    return _refusal(errno.EEXIST)
-                if isinstance(op, UpdateRealServer) and not exists:
-                    return _refusal(errno.ENOENT)
-                entry.real_servers[server.key] = server
-            case DeleteRealServer(virtual, key):
-                entry = self._table.get(virtual)
-                if entry is None:
-                    return _refusal(errno.ESRCH)
-                entry.connections.pop(key, None)
-                if entry.real_servers.pop(key, None) is None:
-                    return _refusal(errno.ENOENT)
-        return None
+        return [refused(errno.EPROTONOSUPPORT) for _ in ops]

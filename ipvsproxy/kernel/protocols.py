@@ -1,7 +1,7 @@
 """The narrow interfaces through which everything reaches the kernel.
 
-Each has a real implementation and an in-memory fake; both pass the contract suite in
-``tests/contract``. Nothing here knows about Kubernetes.
+Each has a real implementation and an in-memory fake (``kernel.testing``, for tests only);
+both pass the contract suite in ``tests/contract``. Nothing here knows about Kubernetes.
 
 A write the kernel does not take comes back as an ``OpError`` in its batch's result (or as
 an ``OSError`` from a single call) carrying the kernel's errno, the fake's the same as the

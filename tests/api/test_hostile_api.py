@@ -22,7 +22,7 @@ from ipvsproxy.cluster.api import MAX_EVENT_BYTES
 from ipvsproxy.cluster.connection import ApiConnection, RetryPolicy, Timeouts, connect
 from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import ObjectKey
 from ipvsproxy.translate import Settings
 from tests.api.fake_apiserver import NODE, SERVICE, FakeApiServer, Request

@@ -9,16 +9,21 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ipvsproxy.kernel.addresses import FakeAddresses, NetlinkAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack
-from ipvsproxy.kernel.ipset.fake import FakeIPSets
+from ipvsproxy.kernel.addresses import NetlinkAddresses
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.iptables.backend import detect_backend
 from ipvsproxy.kernel.iptables.command import binary
-from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.iptables.text import BUILTIN_CHAINS, Tables, parse_save, render_save
-from ipvsproxy.kernel.ipvs import FakeIPVS, NetlinkIPVS
+from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IPVSKernel
+from ipvsproxy.kernel.testing import (
+    FakeAddresses,
+    FakeConntrack,
+    FakeIPSets,
+    FakeIptables,
+    FakeIPVS,
+)
 from ipvsproxy.model import DeleteVirtualServer, IPFamily, IPSetContent
 from tests.lab.conntrack import SeededConntrack
 

@@ -6,7 +6,8 @@ import ipaddress
 
 import pytest
 
-from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
+from ipvsproxy.kernel.conntrack import Flow
+from ipvsproxy.kernel.testing import FakeConntrack
 from ipvsproxy.model import RealServerKey, TransportProtocol, VirtualServerKey
 from tests.lab.conntrack import SeededConntrack
 

@@ -12,8 +12,9 @@ import dataclasses
 import pytest
 
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.restore import FakeIptables, IptablesRestore
+from ipvsproxy.kernel.iptables.restore import IptablesRestore
 from ipvsproxy.kernel.iptables.text import Tables, parse_save, target
+from ipvsproxy.kernel.testing import FakeIptables
 from ipvsproxy.model import IPFamily, IptablesJump, IptablesRuleset
 from tests.contract.conftest import TEST_IPSETS
 

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import socket
+
 from pyroute2.conntrack import NFCTAttrTuple
 
-from ipvsproxy.kernel.conntrack import Flow, NetlinkConntrack, decode_flow, original_tuple
+from ipvsproxy.kernel.conntrack import Flow, NetlinkConntrack, decode_flow
+from ipvsproxy.model import IP_PROTOCOL_NUMBERS
 
 # How long a seeded flow lives unless traffic refreshes it.
 SEEDED_FLOW_TIMEOUT = 120
+
+
+def original_tuple(flow: Flow) -> NFCTAttrTuple:
+    """The tuple of the flow's first packet, by which the kernel knows the flow."""
+    return NFCTAttrTuple(
+        family=socket.AF_INET if flow.client.version == 4 else socket.AF_INET6,
+        saddr=str(flow.client),
+        daddr=str(flow.service.address),
+        proto=IP_PROTOCOL_NUMBERS[flow.service.protocol],
+        sport=flow.client_port,
+        dport=flow.service.port,
+    )
 
 
 class SeededConntrack(NetlinkConntrack):

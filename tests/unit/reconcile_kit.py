@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ipvsproxy.kernel.ipvs import FakeIPVS
+from ipvsproxy.kernel.testing import FakeIPVS
 from ipvsproxy.model import (
     AddressKind,
     BatchResult,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,

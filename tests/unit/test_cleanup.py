@@ -11,14 +11,16 @@ from click.testing import CliRunner, Result
 
 from ipvsproxy import cli
 from ipvsproxy.cluster.source import load_snapshot
-from ipvsproxy.kernel.addresses import FakeAddresses
-from ipvsproxy.kernel.conntrack import FakeConntrack
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.ipset.fake import FakeIPSets
-from ipvsproxy.kernel.iptables.restore import FakeIptables
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.kernel.sysctl import FakeSysctl
+from ipvsproxy.kernel.testing import (
+    FakeAddresses,
+    FakeConntrack,
+    FakeIPSets,
+    FakeIptables,
+    FakeIPVS,
+    FakeSysctl,
+)
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     AddVirtualServer,

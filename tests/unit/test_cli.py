@@ -12,10 +12,9 @@ from click.testing import CliRunner
 from ipvsproxy import __version__, cli
 from ipvsproxy.cli import main
 from ipvsproxy.kernel import preconditions
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeIPVS, FakeKernel
 from ipvsproxy.model import ClusterSnapshot, DesiredState
 from ipvsproxy.translate import Settings, translate
 

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from ipvsproxy.cli import main
 from ipvsproxy.daemon import init_node
 from ipvsproxy.daemon import main as daemon_main
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeKernel
 
 EXAMPLE = "examples/cluster.yaml"
 

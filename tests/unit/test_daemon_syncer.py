@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.syncer import Syncer, SyncMode
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.preconditions import try_scheduler
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import (
     SCHEDULERS,
     AddRealServer,

@@ -17,7 +17,7 @@ import pytest
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import Reading
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.supervise import RestartPolicy
 from ipvsproxy.translate import Settings
 from tests.daemon_kit import NODE, cluster, endpoint_slice, service

@@ -13,7 +13,7 @@ from ipvsproxy.daemon import daemon as daemon_module
 from ipvsproxy.daemon import heap
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import Reading
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import ClusterSnapshot
 from ipvsproxy.translate import Settings
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ipvsproxy.kernel.iptables.restore import FakeIptables
 from ipvsproxy.kernel.iptables.text import (
     Rule,
     canonical,
@@ -13,6 +12,7 @@ from ipvsproxy.kernel.iptables.text import (
     render_save,
     target,
 )
+from ipvsproxy.kernel.testing import FakeIptables
 from ipvsproxy.model import IPFamily, IptablesRuleset
 
 RULES = [

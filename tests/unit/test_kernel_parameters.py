@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS
 from ipvsproxy.kernel.protocols import CONNTRACK_HASHSIZE
 from ipvsproxy.kernel.sysctl import ProcSysctl
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import IPVSTimeouts, SetIPVSTimeouts, SetSysctl
 from ipvsproxy.plan_json import operation_json
 from ipvsproxy.reconcile.initialize import initialize

@@ -15,7 +15,7 @@ import pytest
 
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions, ServeError
 from ipvsproxy.daemon.port_holder import cannot_listen, holders, listening_inodes, who_holds
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.translate import Settings
 
 # /proc/net/tcp as Linux writes it: 0.0.0.0:10256 listening (state 0A), 127.0.0.1:10249 in

@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 
 from ipvsproxy.kernel.errors import PreconditionError
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.preconditions import (
     PROBE_ADDRESS,
     PROBE_PORTS,
     check_schedulers,
     require_net_admin,
 )
-from ipvsproxy.kernel.sysctl import FakeSysctl, ProcSysctl
+from ipvsproxy.kernel.sysctl import ProcSysctl
+from ipvsproxy.kernel.testing import FakeIPVS, FakeSysctl
 from ipvsproxy.model import AddVirtualServer, TransportProtocol, VirtualServer, VirtualServerKey
 
 

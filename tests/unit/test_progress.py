@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from ipvsproxy import cli
 from ipvsproxy.daemon.progress import ProgressLog
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import BindAddress, TransportProtocol, VirtualServerKey
 from ipvsproxy.reconcile.apply import PROGRESS_STEP
 from ipvsproxy.reconcile.reconciler import Reconciler

@@ -9,10 +9,9 @@ from types import MappingProxyType
 
 import pytest
 
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import ErrorClass, error_class, refusal_reason
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.preconditions import try_scheduler
+from ipvsproxy.kernel.testing import FakeIPVS, FakeKernel
 from ipvsproxy.model import (
     SCHEDULERS,
     AddIPSetEntries,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipvsproxy.kernel.bundle import FakeKernel
+from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     AddRealServer,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from ipvsproxy.kernel.bundle import FakeKernel
-from ipvsproxy.kernel.conntrack import FakeConntrack, Flow
+from ipvsproxy.kernel.conntrack import Flow
+from ipvsproxy.kernel.testing import FakeConntrack, FakeKernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     AddIPSetEntries,

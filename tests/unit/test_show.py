@@ -16,10 +16,9 @@ from ipvsproxy import cli
 from ipvsproxy.cli import main
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
-from ipvsproxy.kernel.ipvs import FakeIPVS
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeIPVS, FakeKernel
 from ipvsproxy.model import (
     AddRealServer,
     AddVirtualServer,

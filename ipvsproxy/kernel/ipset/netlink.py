@@ -1,4 +1,5 @@
-"""ipsets: the kernel's through netfilter netlink (the fake, with the same rules, is fake.py).
+"""ipsets: the kernel's through netfilter netlink (the fake, with the same rules, is
+``kernel.testing.FakeIPSets``).
 
 Sets are created as kube-proxy creates them (hash types with ``hashsize 1024 maxelem 65536``,
 bitmap:port over ``0-65535``). Creating a set that already exists with the same type is not an

@@ -1,8 +1,9 @@
 """Our iptables chains and their jumps, written whole and only when the kernel differs.
 
 ``IptablesRestore`` drives the iptables-save / iptables-restore binaries (backend detected as
-kube-proxy's iptables-wrapper does); ``FakeIptables`` drives tables in memory that read the
-same restore text. Both share everything above those two calls, so the fake tests the text.
+kube-proxy's iptables-wrapper does); ``kernel.testing.FakeIptables`` drives tables in memory
+that read the same restore text. Both share everything above those two calls (``Iptables``), so
+the fake tests the text.
 
 A restore writes nothing when the kernel already holds exactly our chains and jumps. The
 kernel prints some rules differently from how they were written (``--or-mark`` comes back as
@@ -16,13 +17,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from ipvsproxy.kernel.iptables.backend import detect
 from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, binary, run
-from ipvsproxy.kernel.iptables.memory import MemoryNetfilter
 from ipvsproxy.kernel.iptables.text import (
     Rule,
     Tables,
@@ -179,7 +179,9 @@ def _remove_text(tables: Tables, chains: Mapping[str, frozenset[str]]) -> str:
     return "".join(blocks)
 
 
-class _Iptables:
+class Iptables:
+    """Our chains and jumps over any ``Netfilter``: the kernel's, or tables in memory."""
+
     def __init__(self, netfilter: Netfilter) -> None:
         self.netfilter = netfilter
         # family -> (the rule set's own view, what the kernel showed right after we wrote it)
@@ -256,7 +258,7 @@ class CommandNetfilter:
         run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)
 
 
-class IptablesRestore(_Iptables):
+class IptablesRestore(Iptables):
     """The kernel's tables through iptables-save and iptables-restore --noflush --wait.
 
     ``backend`` is "legacy" or "nft"; None detects it on first use as kube-proxy does.
@@ -264,10 +266,3 @@ class IptablesRestore(_Iptables):
 
     def __init__(self, backend: str | None = None) -> None:
         super().__init__(CommandNetfilter(backend))
-
-
-class FakeIptables(_Iptables):
-    """In-memory tables; ``ipset_names`` (when given) lists the sets rules may match."""
-
-    def __init__(self, ipset_names: Callable[[], Collection[str]] | None = None) -> None:
-        super().__init__(MemoryNetfilter(ipset_names))

@@ -1,4 +1,4 @@
-"""In-memory ipsets that refuse what the kernel refuses, for tests and dry runs."""
+"""In-memory ipsets that refuse what the kernel refuses, as ``NetlinkIPSets`` sees them."""
 
 from __future__ import annotations
 

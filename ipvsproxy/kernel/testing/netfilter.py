@@ -1,6 +1,6 @@
 """Netfilter tables in memory that take iptables-restore --noflush text as the kernel does.
 
-The fake behind ``FakeIptables``: it refuses what legacy iptables-restore refuses (unknown
+The tables behind ``FakeIptables``: it refuses what legacy iptables-restore refuses (unknown
 chains, targets or ipsets, deleting a missing rule, deleting a chain still referenced or not
 empty) and, like it, commits table by table: a table block that fails changes nothing, the
 blocks before it stay written.
