@@ -368,7 +368,7 @@ class ClusterInformer:
     """Services, EndpointSlices and Nodes, each kept current by a Reflector: of the Nodes this
     proxy's whole, of the others their addresses alone.
 
-    ``on_change`` is called (from a reflector thread) after every change; ``snapshot`` may be
+    ``on_change`` is called (from a reflector thread) after every change; ``take_snapshot`` may be
     called from any thread. Selectors match ``read_cluster``'s, so both see the same cluster.
     The reflectors' threads are workers of ``workers``.
     """
@@ -454,12 +454,9 @@ class ClusterInformer:
         """True once every resource has been listed, as kube-proxy waits before its first sync."""
         return all(reflector.synced.wait(timeout) for reflector in self._reflectors)
 
-    def snapshot(self) -> tuple[ClusterSnapshot, list[Rejection]]:
-        return self._snapshot(self.services.items(), self.endpoint_slices.items())
-
     def take_snapshot(self) -> tuple[ClusterSnapshot, list[Rejection], ChangedKeys | None]:
-        """``snapshot``, and the Services and EndpointSlices touched since the last call (None:
-        any may have changed); ``snapshot`` leaves them for this to take."""
+        """The cluster as the caches hold it, and the Services and EndpointSlices touched since
+        the last call (None: any may have changed)."""
         services, service_problems, touched_services = self.services.take_items()
         slices, slice_problems, touched_slices = self.endpoint_slices.take_items()
         snapshot, rejections = self._snapshot(

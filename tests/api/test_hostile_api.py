@@ -20,12 +20,13 @@ import pytest
 
 from ipvsproxy.cluster.api import MAX_EVENT_BYTES
 from ipvsproxy.cluster.connection import ApiConnection, RetryPolicy, Timeouts, connect
-from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
+from ipvsproxy.cluster.informer import Backoff, InformerHooks
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.model import ObjectKey
 from ipvsproxy.translate import Settings
 from tests.api.fake_apiserver import NODE, SERVICE, FakeApiServer, Request
+from tests.api.informer_kit import PeekingInformer
 
 PATIENCE = 15.0
 NODE_NAME = "node-a"
@@ -71,7 +72,7 @@ class Informer:
 
     def __init__(self, api: ApiConnection) -> None:
         self.malformed: Counter[str] = Counter()
-        self.informer = ClusterInformer(
+        self.informer = PeekingInformer(
             api,
             NODE_NAME,
             # Long watches: a test sees one stream go on, not the server's timeout.
@@ -242,7 +243,7 @@ def test_the_daemon_counts_malformed_events_by_resource(
     """Needs the fake: kube-apiserver never sends a watch line that is not JSON."""
     fake, api = server
     daemon = Daemon(FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=None))
-    informer = ClusterInformer(
+    informer = PeekingInformer(
         api, NODE_NAME, watch_timeout=60, backoff=BACKOFF, hooks=daemon.informer_hooks()
     )
     informer.start()

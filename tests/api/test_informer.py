@@ -16,11 +16,12 @@ import pytest
 
 from ipvsproxy.cluster.api import read_cluster
 from ipvsproxy.cluster.connection import ApiConnection, Timeouts, connect
-from ipvsproxy.cluster.informer import Backoff, ClusterInformer, InformerHooks
+from ipvsproxy.cluster.informer import Backoff, InformerHooks
 from ipvsproxy.cluster.source import load_objects
 from ipvsproxy.model import ChangedKeys, ObjectKey
 from tests.api.conftest import FAST_RETRY
 from tests.api.fake_apiserver import SERVICE, FakeApiServer, query_flag
+from tests.api.informer_kit import PeekingInformer
 from tests.api.kube import Kube
 from tests.api.test_read_cluster import EXAMPLE, PROXY_LABEL, endpoint_slice, load_example, service
 
@@ -83,11 +84,11 @@ def hooks() -> Hooks:
 @pytest.fixture
 def start(
     kube: Kube, real_api: ApiConnection, changes: Changes, hooks: Hooks
-) -> Iterator[Callable[..., ClusterInformer]]:
+) -> Iterator[Callable[..., PeekingInformer]]:
     """Start an informer for this test's node-a on the real server, stopped after the test."""
-    started: list[ClusterInformer] = []
+    started: list[PeekingInformer] = []
 
-    def begin(**options: Any) -> ClusterInformer:
+    def begin(**options: Any) -> PeekingInformer:
         settings: dict[str, Any] = {
             "page_size": 2,
             "watch_timeout": 5,
@@ -96,7 +97,7 @@ def start(
             "hooks": hooks.hooks(),
             **options,
         }
-        informer = ClusterInformer(real_api, kube.node_name("node-a"), **settings)
+        informer = PeekingInformer(real_api, kube.node_name("node-a"), **settings)
         started.append(informer)
         informer.start()
         assert informer.wait_for_sync(PATIENCE)
@@ -108,16 +109,16 @@ def start(
 
 
 @pytest.fixture
-def informer(kube: Kube, start: Callable[..., ClusterInformer]) -> ClusterInformer:
+def informer(kube: Kube, start: Callable[..., PeekingInformer]) -> PeekingInformer:
     load_example(kube)
     return start()
 
 
-def has_service(informer: ClusterInformer, key: ObjectKey) -> bool:
+def has_service(informer: PeekingInformer, key: ObjectKey) -> bool:
     return key in informer.snapshot()[0].services
 
 
-def web_port(informer: ClusterInformer, namespace: str) -> int | None:
+def web_port(informer: PeekingInformer, namespace: str) -> int | None:
     """The web service's only port, None when it has none (or the service is gone)."""
     web = informer.snapshot()[0].services.get(ObjectKey(namespace, "web"))
     return web.ports[0].port if web is not None and web.ports else None
@@ -134,13 +135,13 @@ def with_port(obj: dict[str, Any], port: int) -> dict[str, Any]:
     return {**obj, "spec": spec}
 
 
-def same_as_one_read(informer: ClusterInformer, api: ApiConnection) -> bool:
+def same_as_one_read(informer: PeekingInformer, api: ApiConnection) -> bool:
     read = read_cluster(api, informer.node_name)
     return informer.snapshot() == (read.snapshot, read.rejections)
 
 
 def catches_up_with_a_new_service(
-    kube: Kube, informer: ClusterInformer, changes: Changes, api: ApiConnection
+    kube: Kube, informer: PeekingInformer, changes: Changes, api: ApiConnection
 ) -> bool:
     """A Service added now reaches the informer, which then holds what one read holds."""
     kube.add(service("added-last"))
@@ -151,7 +152,7 @@ def catches_up_with_a_new_service(
 
 
 def test_the_informer_starts_from_the_same_view_as_one_read(
-    informer: ClusterInformer, real_api: ApiConnection, kube: Kube, hooks: Hooks
+    informer: PeekingInformer, real_api: ApiConnection, kube: Kube, hooks: Hooks
 ) -> None:
     assert same_as_one_read(informer, real_api)
     assert informer.snapshot()[0].node is not None
@@ -162,7 +163,7 @@ def test_the_informer_starts_from_the_same_view_as_one_read(
 
 def test_added_modified_and_deleted_objects_are_applied(
     kube: Kube,
-    informer: ClusterInformer,
+    informer: PeekingInformer,
     changes: Changes,
     real_api: ApiConnection,
     hooks: Hooks,
@@ -184,7 +185,7 @@ def test_added_modified_and_deleted_objects_are_applied(
 
 
 def test_a_taken_snapshot_names_the_objects_the_watch_touched_since_the_last(
-    kube: Kube, informer: ClusterInformer, changes: Changes
+    kube: Kube, informer: PeekingInformer, changes: Changes
 ) -> None:
     web, db_slice = ObjectKey(kube.namespace, "web"), ObjectKey(kube.namespace, "db-h5v1n")
     # Right after the list, anything may have changed.
@@ -203,7 +204,7 @@ def test_a_taken_snapshot_names_the_objects_the_watch_touched_since_the_last(
 
 def test_a_bookmark_moves_the_version_past_changes_the_watch_does_not_see(
     kube: Kube,
-    start: Callable[..., ClusterInformer],
+    start: Callable[..., PeekingInformer],
     changes: Changes,
     hooks: Hooks,
     real_api: ApiConnection,
@@ -233,7 +234,7 @@ def test_a_bookmark_moves_the_version_past_changes_the_watch_does_not_see(
 
 def test_a_compaction_makes_the_uncached_services_watch_relist_and_catch_up(
     kube: Kube,
-    start: Callable[..., ClusterInformer],
+    start: Callable[..., PeekingInformer],
     changes: Changes,
     hooks: Hooks,
     real_api: ApiConnection,
@@ -262,7 +263,7 @@ def test_a_compaction_makes_the_uncached_services_watch_relist_and_catch_up(
 
 def test_a_restart_with_changes_it_never_saw_relists_and_catches_up(
     kube: Kube,
-    start: Callable[..., ClusterInformer],
+    start: Callable[..., PeekingInformer],
     changes: Changes,
     hooks: Hooks,
     real_api: ApiConnection,
@@ -296,7 +297,7 @@ def test_a_restart_with_changes_it_never_saw_relists_and_catches_up(
 
 
 def test_a_service_relabelled_for_another_proxy_leaves_and_comes_back(
-    kube: Kube, informer: ClusterInformer, changes: Changes, hooks: Hooks
+    kube: Kube, informer: PeekingInformer, changes: Changes, hooks: Hooks
 ) -> None:
     web = ObjectKey(kube.namespace, "web")
     labelled = example("Service", "web")
@@ -316,7 +317,7 @@ def test_a_service_relabelled_for_another_proxy_leaves_and_comes_back(
     assert not hooks.relisted
 
 
-def test_the_own_node_is_watched(kube: Kube, informer: ClusterInformer, changes: Changes) -> None:
+def test_the_own_node_is_watched(kube: Kube, informer: PeekingInformer, changes: Changes) -> None:
     def zone() -> str | None:
         node = informer.snapshot()[0].node
         return node.zone if node is not None else "no node"
@@ -344,7 +345,7 @@ def node_status(name: str, address: str, ready: str = "True") -> dict[str, Any]:
 
 
 def test_every_nodes_addresses_are_watched_and_a_status_report_queues_nothing(
-    kube: Kube, informer: ClusterInformer, changes: Changes, hooks: Hooks
+    kube: Kube, informer: PeekingInformer, changes: Changes, hooks: Hooks
 ) -> None:
     def by_address() -> dict[str, str]:
         found = informer.snapshot()[0].nodes_by_address
@@ -372,7 +373,7 @@ def test_every_nodes_addresses_are_watched_and_a_status_report_queues_nothing(
 
 
 def test_stop_ends_every_thread(kube: Kube, real_api: ApiConnection) -> None:
-    informer = ClusterInformer(real_api, kube.node_name(), backoff=FAST_BACKOFF)
+    informer = PeekingInformer(real_api, kube.node_name(), backoff=FAST_BACKOFF)
     informer.start()
     assert informer.wait_for_sync(PATIENCE)
 
@@ -382,7 +383,7 @@ def test_stop_ends_every_thread(kube: Kube, real_api: ApiConnection) -> None:
 
 
 def test_a_malformed_object_is_rejected_until_it_is_fixed(
-    kube: Kube, informer: ClusterInformer, changes: Changes
+    kube: Kube, informer: PeekingInformer, changes: Changes
 ) -> None:
     def rejected() -> list[str]:
         return [r.object for r in informer.snapshot()[1]]
@@ -409,10 +410,10 @@ def test_a_malformed_object_is_rejected_until_it_is_fixed(
 @pytest.fixture
 def fake_informer(
     fake: FakeApiServer, api: ApiConnection, changes: Changes
-) -> Iterator[ClusterInformer]:
+) -> Iterator[PeekingInformer]:
     for obj in load_objects(EXAMPLE):
         fake.apply(obj)
-    informer = ClusterInformer(
+    informer = PeekingInformer(
         api, "node-a", page_size=2, watch_timeout=5, backoff=FAST_BACKOFF, on_change=changes.notify
     )
     informer.start()
@@ -432,12 +433,12 @@ def requests_for(fake: FakeApiServer, *, watch: bool) -> int:
     )
 
 
-def in_fake(informer: ClusterInformer, name: str) -> bool:
+def in_fake(informer: PeekingInformer, name: str) -> bool:
     return has_service(informer, ObjectKey("default", name))
 
 
 def test_a_dropped_stream_is_watched_again_from_where_it_was(
-    fake: FakeApiServer, fake_informer: ClusterInformer, changes: Changes
+    fake: FakeApiServer, fake_informer: PeekingInformer, changes: Changes
 ) -> None:
     """Needs the fake: a real API server cannot be made to cut its open watch connections."""
     assert changes.wait_until(lambda: fake.open_watches == 3)
@@ -457,7 +458,7 @@ def test_a_stalled_stream_is_abandoned_and_the_watch_resumes(
     fake.apply(service("before"))
     short = Timeouts(connect=1.0, read=0.5)
     with connect(kubeconfig, timeouts=short, retry=FAST_RETRY) as api:
-        informer = ClusterInformer(
+        informer = PeekingInformer(
             api, "node-a", watch_timeout=1, backoff=FAST_BACKOFF, on_change=changes.notify
         )
         informer.start()
@@ -478,7 +479,7 @@ def test_a_stalled_stream_is_abandoned_and_the_watch_resumes(
 
 
 def test_a_failing_rewatch_backs_off_and_recovers_without_relisting(
-    fake: FakeApiServer, fake_informer: ClusterInformer, changes: Changes
+    fake: FakeApiServer, fake_informer: PeekingInformer, changes: Changes
 ) -> None:
     """Needs the fake: a real API server answers a watch with 500 only when broken."""
     assert changes.wait_until(lambda: fake.open_watches == 3)
@@ -498,7 +499,7 @@ def test_a_first_list_answered_with_500s_is_retried_until_it_succeeds(
         fake.apply(obj)
     # More failures than one request's own retries: the reflector's backoff must take over.
     fake.fail_next(12, 500)
-    informer = ClusterInformer(api, "node-a", page_size=2, backoff=FAST_BACKOFF)
+    informer = PeekingInformer(api, "node-a", page_size=2, backoff=FAST_BACKOFF)
     informer.start()
     try:
         assert informer.wait_for_sync(PATIENCE)
