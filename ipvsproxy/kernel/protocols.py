@@ -15,6 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# How callers read the kernel's refusals, part of these interfaces: errors.py holds no netlink
+# code, so the pure planner imports this module alone of the kernel layer.
+from ipvsproxy.kernel.errors import (
+    KERNEL_ERRORS,
+    EntryError,
+    ErrorClass,
+    error_class,
+    refusal,
+    refusal_reason,
+)
 from ipvsproxy.model import (
     AddressOp,
     BatchResult,
@@ -32,6 +42,24 @@ from ipvsproxy.model import (
     VirtualServerKey,
     VirtualServerState,
 )
+
+__all__ = [
+    "CONNTRACK_HASHSIZE",
+    "KERNEL_ERRORS",
+    "MODULE_PREFIX",
+    "AddressKernel",
+    "ConntrackKernel",
+    "EntryError",
+    "ErrorClass",
+    "IPSetKernel",
+    "IPVSKernel",
+    "IptablesKernel",
+    "Kernel",
+    "SysctlKernel",
+    "error_class",
+    "refusal",
+    "refusal_reason",
+]
 
 
 class IPVSKernel(Protocol):

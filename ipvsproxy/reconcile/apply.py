@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from ipvsproxy.kernel.errors import KERNEL_ERRORS, refusal
-from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.protocols import KERNEL_ERRORS, Kernel, refusal
 from ipvsproxy.model import (
     AddIPSetEntries,
     AddRealServer,

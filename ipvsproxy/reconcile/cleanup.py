@@ -19,8 +19,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
-from ipvsproxy.kernel.errors import KERNEL_ERRORS
-from ipvsproxy.kernel.protocols import AddressKernel, IPSetKernel, IptablesKernel, IPVSKernel
+from ipvsproxy.kernel.protocols import (
+    KERNEL_ERRORS,
+    AddressKernel,
+    IPSetKernel,
+    IptablesKernel,
+    IPVSKernel,
+)
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
     DeleteVirtualServer,

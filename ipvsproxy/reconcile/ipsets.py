@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from functools import lru_cache
 
-from ipvsproxy.kernel.errors import EntryError
 from ipvsproxy.kernel.ipset.entries import as_listed, parse_entry
+from ipvsproxy.kernel.protocols import EntryError
 from ipvsproxy.model import (
     AddIPSetEntries,
     CreateIPSet,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from ipvsproxy.kernel.errors import ErrorClass, error_class, refusal_reason
+from ipvsproxy.kernel.protocols import ErrorClass, error_class, refusal_reason
 from ipvsproxy.model import (
     AddIPSetEntries,
     AddVirtualServer,
