@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import assert_never
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -538,7 +539,8 @@ def virtual_of(op: IPVSOp) -> VirtualServerKey:
             return key
         case AddRealServer(virtual) | UpdateRealServer(virtual) | DeleteRealServer(virtual):
             return virtual
-    raise TypeError(f"not an IPVS op: {op!r}")
+        case _:
+            assert_never(op)
 
 
 @dataclass(frozen=True, slots=True)

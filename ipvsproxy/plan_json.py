@@ -7,7 +7,7 @@ with the ``service`` port and ``address_kind`` that want them where the plan kno
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from ipvsproxy.model import (
     AddIPSetEntries,
@@ -102,7 +102,8 @@ def _fields(op: PlanOp, desired: DesiredState) -> dict[str, Any]:
             return _real(virtual, server, desired)
         case DeleteRealServer(virtual, key) | FlushConntrack(virtual, key):
             return {**_virtual_key(virtual, desired), **_real_key(key)}
-    raise TypeError(f"not a plan op: {op!r}")
+        case _:
+            assert_never(op)
 
 
 def operation_json(op: PlanOp, desired: DesiredState) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from ipvsproxy.model import (
     AddIPSetEntries,
@@ -70,6 +70,10 @@ def _header(
             case DeleteVirtualServer():
                 flushed = any(flush.virtual == key for flush in plan.ipvs.flushes)
                 return f"- {key}  (no longer desired)" + (FLUSHED if flushed else "")
+            case AddRealServer() | UpdateRealServer() | DeleteRealServer():
+                pass  # a real server's line, below the header
+            case _:
+                assert_never(op)
     wanted = desired.virtual_servers.get(key)
     shown = _virtual(wanted.server) if wanted else str(key)
     return f"  {shown}{_owner(desired, key)}"
@@ -92,7 +96,10 @@ def _real_line(
             return f"    ~ {_real(server)}"
         case DeleteRealServer(virtual, key):
             return f"    - {key}" + (FLUSHED if RealServerRef(virtual, key) in flushed else "")
-    return None
+        case AddVirtualServer() | UpdateVirtualServer() | DeleteVirtualServer():
+            return None  # the header's
+        case _:
+            assert_never(op)
 
 
 def _ipvs_lines(plan: SyncPlan, desired: DesiredState) -> list[str]:

@@ -13,7 +13,7 @@ import socket
 import struct
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from pyroute2.netlink.generic import ipvs as genl_ipvs
 
@@ -128,7 +128,8 @@ def _request(op: IPVSOp) -> tuple[int, int, list[tuple[str, Any]]]:
         case DeleteRealServer(virtual, key):
             attrs = _dest_request(virtual, _dest_key_attrs(key))
             return genl_ipvs.IPVS_CMD_DEL_DEST, 0, attrs
-    raise TypeError(f"not an IPVS op: {op!r}")
+        case _:
+            assert_never(op)
 
 
 def _service_request(key: VirtualServerKey) -> list[tuple[str, Any]]:

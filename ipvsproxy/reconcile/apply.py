@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import assert_never
 
 from ipvsproxy.kernel.protocols import KERNEL_ERRORS, Kernel, refusal
 from ipvsproxy.model import (
@@ -106,6 +107,8 @@ class _Applier:
                 self._entries(op, entries, ipsets.delete(name, entries))
             case ReplaceIPSet(content):
                 self.call(op, lambda: ipsets.replace(content))
+            case _:
+                assert_never(op)
 
     def _entries(
         self,

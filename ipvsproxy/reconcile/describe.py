@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from ipvsproxy.model import (
     AddIPSetEntries,
     AddRealServer,
@@ -74,4 +76,5 @@ def describe(op: PlanOp) -> str:
             return f"delete real server {key} from {virtual}"
         case FlushConntrack(virtual, real):
             return f"flush conntrack entries of {virtual} to {real}"
-    raise TypeError(f"not a plan op: {op!r}")
+        case _:
+            assert_never(op)

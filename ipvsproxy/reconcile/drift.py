@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import assert_never
 
 from ipvsproxy.model import (
     AddIPSetEntries,
@@ -18,8 +19,12 @@ from ipvsproxy.model import (
     AddVirtualServer,
     BindAddress,
     CreateIPSet,
+    DeleteIPSetEntries,
+    DeleteRealServer,
+    DeleteVirtualServer,
     DesiredState,
     EnsureInterface,
+    FlushConntrack,
     IPAddress,
     IPFamily,
     IPSetContent,
@@ -30,6 +35,7 @@ from ipvsproxy.model import (
     RestoreIptables,
     SetIPVSTimeouts,
     SetSysctl,
+    UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
@@ -84,6 +90,16 @@ def record_applied(desired: DesiredState, failed: Iterable[PlanOp]) -> AppliedRe
                 sysctls.add(name)
             case SetIPVSTimeouts():
                 timeouts_failed = True
+            case (
+                UnbindAddress()
+                | DeleteIPSetEntries()
+                | DeleteVirtualServer()
+                | DeleteRealServer()
+                | FlushConntrack()
+            ):
+                pass  # a deletion writes no object the record keeps
+            case _:
+                assert_never(op)
     return AppliedRecord(
         desired,
         interface_failed,
@@ -165,4 +181,14 @@ def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
                 drift["sysctl"] += name not in record.sysctls
             case SetIPVSTimeouts():
                 drift["ipvs_timeouts"] += not record.timeouts_failed
+            case (
+                UnbindAddress()
+                | DeleteIPSetEntries()
+                | DeleteVirtualServer()
+                | DeleteRealServer()
+                | FlushConntrack()
+            ):
+                pass  # a deletion repairs nothing: drift is an object written again
+            case _:
+                assert_never(op)
     return +drift

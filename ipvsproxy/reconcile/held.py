@@ -5,15 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import assert_never
 
 from ipvsproxy.model import (
     AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
+    BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
+    DeleteRealServer,
+    DeleteVirtualServer,
+    EnsureInterface,
+    FlushConntrack,
     PlanOp,
     RealServer,
     RealServerRef,
+    ReplaceIPSet,
+    RestoreIptables,
+    SetIPVSTimeouts,
     SetSysctl,
+    UnbindAddress,
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServer,
@@ -98,3 +110,22 @@ def quarantinable(op: PlanOp) -> Iterator[tuple[Held, Wanted]]:
                 yield IPSetMember(name, entry), None
         case SetSysctl(name, value):
             yield Parameter(name), value
+        case (
+            DeleteVirtualServer()
+            | DeleteRealServer()
+            | DeleteIPSetEntries()
+            | UnbindAddress()
+            | FlushConntrack()
+        ):
+            pass  # deletions: ours to finish
+        case (
+            EnsureInterface()
+            | BindAddress()
+            | CreateIPSet()
+            | ReplaceIPSet()
+            | RestoreIptables()
+            | SetIPVSTimeouts()
+        ):
+            pass  # not objects a refusal quarantines
+        case _:
+            assert_never(op)

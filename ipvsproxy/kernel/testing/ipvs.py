@@ -6,6 +6,7 @@ import errno
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from ipvsproxy.kernel.errors import refused
 from ipvsproxy.kernel.ipvs import KERNEL_DEFAULT_TIMEOUTS, WRITABLE_FLAGS
@@ -135,4 +136,6 @@ class FakeIPVS:
                 entry.connections.pop(key, None)
                 if entry.real_servers.pop(key, None) is None:
                     return refused(errno.ENOENT)
+            case _:
+                assert_never(op)
         return None
