@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 from click.core import ParameterSource
 
-from ipvsproxy import __version__
+from ipvsproxy import __version__, defaults
 from ipvsproxy.cluster.source import SourceError, load_snapshot
 from ipvsproxy.config import (
     FLAGS_OVER_FILE,
@@ -107,7 +107,8 @@ _PROXY_FLAGS = (
         type=click.Path(exists=True, path_type=Path),
         help="Read Services, EndpointSlices and Nodes from manifest files instead of the API.",
     ),
-    click.option("--ipvs-scheduler", help="The default IPVS scheduler [default: rr]."),
+    click.option("--ipvs-scheduler",
+                 help=f"The default IPVS scheduler [default: {defaults.SCHEDULER}]."),
     click.option("--ipvs-strict-arp", type=click.BOOL, is_flag=False, flag_value=True,
                  help="Set arp_ignore=1 and arp_announce=2."),
     click.option("--ipvs-exclude-cidrs", metavar="CIDRS",
@@ -123,7 +124,8 @@ _PROXY_FLAGS = (
     click.option("--masquerade-all", type=click.BOOL, is_flag=False, flag_value=True,
                  help="SNAT all traffic sent to Service cluster IPs."),
     click.option("--iptables-masquerade-bit", type=int, metavar="BIT",
-                 help="The packet-mark bit (0-31) that asks for SNAT [default: 14]."),
+                 help="The packet-mark bit (0-31) that asks for SNAT "
+                 f"[default: {defaults.MASQUERADE_BIT}]."),
     click.option("--conntrack-max-per-core", type=int, metavar="N",
                  help="Conntrack entries per CPU core; nf_conntrack_max is raised to this "
                  "times the CPUs, at least --conntrack-min (0 leaves it) [default: 32768]."),
@@ -568,16 +570,19 @@ def _verbosity(ctx: click.Context, param: click.Parameter, value: str) -> int:
 _RUN_FLAGS = (
     click.option("--healthz-bind-address", metavar="HOST:PORT",
                  help="Serve /healthz and /livez here; port 0 turns them off "
-                 "[default: 0.0.0.0:10256]."),
+                 f"[default: {defaults.bind_text(defaults.HEALTHZ_BIND)}]."),
     click.option("--metrics-bind-address", metavar="HOST:PORT",
-                 help="Serve /metrics here; port 0 turns it off [default: 127.0.0.1:10249]."),
+                 help="Serve /metrics here; port 0 turns it off "
+                 f"[default: {defaults.bind_text(defaults.METRICS_BIND)}]."),
     click.option("--ipvs-sync-period", metavar="DURATION",
-                 help="How often the kernel is read whole and repaired [default: 30s]."),
+                 help="How often the kernel is read whole and repaired "
+                 f"[default: {defaults.duration_text(defaults.SYNC_PERIOD_SECONDS)}]."),
     click.option("--ipvs-min-sync-period", metavar="DURATION",
                  help="The least time between two syncs; changes in between coalesce "
-                 "[default: 1s]."),
+                 f"[default: {defaults.duration_text(defaults.MIN_SYNC_PERIOD_SECONDS)}]."),
     click.option("--logging-format", type=click.Choice(["text", "json"]),
-                 help="Log lines as text or as JSON objects [default: text]."),
+                 help="Log lines as text or as JSON objects "
+                 f"[default: {defaults.LOGGING_FORMAT}]."),
     click.option("-v", "--v", "verbosity", default="0", metavar="N", callback=_verbosity,
                  help="Log verbosity; 4 and up logs debug detail [default: 0]."),
     click.option("--traffic-metrics/--no-traffic-metrics", default=True,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ipvsproxy import defaults
 from ipvsproxy.bounded_load import LoadError, load_documents, read_bounded
 from ipvsproxy.cluster.manifest_file import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_FLAG
 from ipvsproxy.cluster.validation import SUBDOMAIN_MAX, is_dns1123_subdomain
@@ -113,18 +114,17 @@ API_TIMEOUT_FLAG = "--api-timeout"
 DEFAULT_API_TIMEOUT = 60.0
 
 DEFAULTS: Mapping[str, Any] = {
-    "ipvs.scheduler": "rr",
-    "ipvs.syncPeriod": "30s",
-    # kube-proxy's IPVS default is 0s; one second lets a burst of changes coalesce.
-    "ipvs.minSyncPeriod": "1s",
+    "ipvs.scheduler": defaults.SCHEDULER,
+    "ipvs.syncPeriod": defaults.duration_text(defaults.SYNC_PERIOD_SECONDS),
+    "ipvs.minSyncPeriod": defaults.duration_text(defaults.MIN_SYNC_PERIOD_SECONDS),
     "ipvs.tcpTimeout": "0s",
     "ipvs.tcpFinTimeout": "0s",
     "ipvs.udpTimeout": "0s",
-    "iptables.masqueradeBit": 14,
-    "healthzBindAddress": "0.0.0.0:10256",
-    "metricsBindAddress": "127.0.0.1:10249",
-    "detectLocalMode": "ClusterCIDR",
-    "logging.format": "text",
+    "iptables.masqueradeBit": defaults.MASQUERADE_BIT,
+    "healthzBindAddress": defaults.bind_text(defaults.HEALTHZ_BIND),
+    "metricsBindAddress": defaults.bind_text(defaults.METRICS_BIND),
+    "detectLocalMode": Settings().detect_local_mode.value,
+    "logging.format": defaults.LOGGING_FORMAT,
     # kube-proxy's v1alpha1 defaults: a node it ran on already has these.
     "conntrack.maxPerCore": 32 * 1024,
     "conntrack.min": 128 * 1024,
@@ -193,14 +193,14 @@ class ProxyConfig:
     hostname_problem: str = ""
     kubeconfig: Path | None = None
     master: str = ""
-    sync_period: float = 30.0  # seconds
-    min_sync_period: float = 1.0
+    sync_period: float = defaults.SYNC_PERIOD_SECONDS
+    min_sync_period: float = defaults.MIN_SYNC_PERIOD_SECONDS
     # IPVS connection timeouts to set; 0 leaves the kernel's own (as kube-proxy).
     ipvs_timeouts: IPVSTimeouts = field(default_factory=IPVSTimeouts)
     conntrack: ConntrackSettings = LEAVE_CONNTRACK
-    healthz_bind_address: str = "0.0.0.0:10256"
-    metrics_bind_address: str = "127.0.0.1:10249"
-    logging_format: str = "text"
+    healthz_bind_address: str = defaults.bind_text(defaults.HEALTHZ_BIND)
+    metrics_bind_address: str = defaults.bind_text(defaults.METRICS_BIND)
+    logging_format: str = defaults.LOGGING_FORMAT
     # The longest a one-shot read of the cluster may take, however the API server trickles.
     api_timeout: float = DEFAULT_API_TIMEOUT
     # The largest --source file read, in bytes.
@@ -594,9 +594,7 @@ def _build(values: Mapping[str, Any], origin: Mapping[str, str], master: str) ->
         raise ConfigError(f"{origin['ipvs.scheduler']} {scheduler!r} is not one of {known}")
     periods = _durations(values, origin, ("ipvs.syncPeriod", "ipvs.minSyncPeriod"))
     # As kube-proxy's defaulting: a zero sync period means the default; a zero minimum stays.
-    periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or parse_duration(
-        DEFAULTS["ipvs.syncPeriod"]
-    )
+    periods["ipvs.syncPeriod"] = periods["ipvs.syncPeriod"] or defaults.SYNC_PERIOD_SECONDS
     if periods["ipvs.minSyncPeriod"] > periods["ipvs.syncPeriod"]:
         raise ConfigError(
             f"{origin['ipvs.minSyncPeriod']} {values['ipvs.minSyncPeriod']!r}: longer than "

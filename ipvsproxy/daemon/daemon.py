@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
+from ipvsproxy import defaults
 from ipvsproxy.cluster import api
 from ipvsproxy.cluster.events import EventSink, EventSource
 from ipvsproxy.cluster.informer import InformerHooks
@@ -61,11 +62,11 @@ ENDPOINT_SLICES = api.ENDPOINT_SLICES.plural.lower()
 
 @dataclass(frozen=True, slots=True)
 class DaemonOptions:
-    sync_period: float = 30.0
-    min_sync_period: float = 1.0
+    sync_period: float = defaults.SYNC_PERIOD_SECONDS
+    min_sync_period: float = defaults.MIN_SYNC_PERIOD_SECONDS
     # (host, port) to serve on, or None for off.
-    healthz: tuple[str, int] | None = ("0.0.0.0", 10256)
-    metrics: tuple[str, int] | None = ("127.0.0.1", 10249)
+    healthz: tuple[str, int] | None = defaults.HEALTHZ_BIND
+    metrics: tuple[str, int] | None = defaults.METRICS_BIND
     # Reads the IPVS counters for the per-service traffic metrics; None turns them off.
     traffic: Callable[[], IPVSTable] | None = None
     # How often the loop checks whether a full sync is due.

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ipvsproxy import defaults
 from ipvsproxy.model import IPAddress, IPNetwork
 
 NODEPORT_PRIMARY = "primary"
@@ -16,7 +17,7 @@ DEFAULT_NODE_PORT_RANGE = (30000, 32767)
 KUBELET_PORT = 10250
 # The kubelet's, and kube-proxy's default health and metrics ports (--healthz-bind-address,
 # --metrics-bind-address): the configuration replaces the last two with the ports it serves.
-DEFAULT_OWN_PORTS = frozenset({KUBELET_PORT, 10256, 10249})
+DEFAULT_OWN_PORTS = frozenset({KUBELET_PORT, defaults.HEALTHZ_BIND[1], defaults.METRICS_BIND[1]})
 _PORT_NUMBER = re.compile(r"[0-9]{1,5}")
 
 
@@ -31,14 +32,13 @@ class LocalDetectMode(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    scheduler: str = "rr"
+    scheduler: str = defaults.SCHEDULER
     service_proxy_name: str = ""
     nodeport_addresses: tuple[IPNetwork, ...] = ()
     # --nodeport-addresses=primary: NodePorts only on the node's primary IP of each family.
     nodeport_primary: bool = False
     masquerade_all: bool = False
-    # --iptables-masquerade-bit: the packet-mark bit that asks for SNAT.
-    masquerade_bit: int = 14
+    masquerade_bit: int = defaults.MASQUERADE_BIT
     cluster_cidr: tuple[IPNetwork, ...] = ()
     detect_local_mode: LocalDetectMode = LocalDetectMode.CLUSTER_CIDR
     bridge_interface: str = ""
