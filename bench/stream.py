@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from bench.cluster import ENDPOINTS_PER_SERVICE, cluster_ip, endpoint_slice_object, pod_ip
 from bench.cluster import service_object as cluster_service
-from bench.daemon_latency import CHANGE_KINDS, CHANGE_TIMEOUT, Probe, _address, _wait
+from bench.daemon_latency import CHANGE_KINDS, CHANGE_TIMEOUT, _address, _wait
 from ipvsproxy.model import IPAddress, TransportProtocol, VirtualServerKey
 
 PHASES = ("stream", "burst")
@@ -37,6 +37,12 @@ WRITERS = 8
 # Between two sweeps of the pending changes: the watcher shares the lab's CPU with the proxy.
 SWEEP_INTERVAL = 0.005
 PREPARE_TIMEOUT = 600.0
+
+
+class Kernel(Protocol):
+    """What the watcher asks: one virtual server's real servers and weights (``Probe``)."""
+
+    def weights(self, key: VirtualServerKey) -> Mapping[IPAddress, int] | None: ...
 
 
 class Writer(Protocol):
@@ -175,7 +181,7 @@ class Timing:
         return self.landed_at is not None or self.error is not None or self.lost
 
 
-def prepare(writer: Writer, probe: Probe, changes: list[Change]) -> None:
+def prepare(writer: Writer, probe: Kernel, changes: list[Change]) -> None:
     """The Services the run changes and deletes, made and in the kernel; not timed."""
     made = [c for c in changes if c.kind != "service_added"]
     with ThreadPoolExecutor(WRITERS) as pool:
@@ -194,7 +200,7 @@ def clean_up(writer: Writer, changes: list[Change]) -> None:
         list(pool.map(lambda c: writer.delete(c.service(), c.slice_()), changes))
 
 
-def run_phase(writer: Writer, probe: Probe, changes: list[Change]) -> list[Timing]:
+def run_phase(writer: Writer, probe: Kernel, changes: list[Change]) -> list[Timing]:
     """The changes written at their due times, each timed until the kernel holds it."""
     timings = [Timing(change) for change in changes]
     scheduled = threading.Event()
@@ -227,7 +233,7 @@ def run_phase(writer: Writer, probe: Probe, changes: list[Change]) -> list[Timin
 
 
 def _watch(
-    probe: Probe, timings: list[Timing], scheduled: threading.Event, failures: list[BaseException]
+    probe: Kernel, timings: list[Timing], scheduled: threading.Event, failures: list[BaseException]
 ) -> None:
     """Sweeps the written, unresolved changes until every one is resolved."""
     try:
@@ -268,7 +274,7 @@ def summary(timings: list[Timing]) -> dict[str, Any]:
     }
 
 
-def run_phases(writer: Writer, probe: Probe, changes: list[Change]) -> list[Timing]:
+def run_phases(writer: Writer, probe: Kernel, changes: list[Change]) -> list[Timing]:
     """The stream, then the burst once every change of the stream is resolved."""
     timings: list[Timing] = []
     for phase in PHASES:
