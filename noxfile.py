@@ -151,12 +151,18 @@ def bench(session: nox.Session) -> None:
     """The scale benchmark: bench-results/report.md, report.json and latency.png (git-ignored).
 
     ``nox -s bench -- --sizes 1000,5000,10000 --changes 100``; with ``--peer kube-proxy
-    --runs 3``, ipvsproxy beside the real kube-proxy instead (``bench.peer``). Never pass/fail,
-    never run by default: the big sizes take many minutes in the lab.
+    --runs 3``, ipvsproxy beside the real kube-proxy instead (``bench.peer``: each run a Poisson
+    stream of ``--changes`` of each kind at ``--rate`` a second, then a burst of ``--burst`` of
+    each). Never pass/fail, never run by default: the big sizes take many minutes in the lab.
     """
     parser = argparse.ArgumentParser(prog="nox -s bench --")
     parser.add_argument("--sizes", default="1000,5000,10000")
-    parser.add_argument("--changes", default="100", help="daemon changes of each kind per size")
+    parser.add_argument(
+        "--changes",
+        help="changes of each kind per size (100); with --peer, in each run's stream (80)",
+    )
+    parser.add_argument("--rate", default="4", help="with --peer: the stream's changes a second")
+    parser.add_argument("--burst", default="20", help="with --peer: changes of each kind at once")
     parser.add_argument(
         "--peer",
         choices=("kube-proxy",),
@@ -167,7 +173,8 @@ def bench(session: nox.Session) -> None:
     _install(session, "bench")
     out = Path("bench-results")
     if args.peer:
-        _bench_peer(session, args.sizes, args.changes, args.runs, out)
+        stream = ("--changes", args.changes or "80", "--rate", args.rate, "--burst", args.burst)
+        _bench_peer(session, args.sizes, stream, args.runs, out)
         return
     manifests = out / "manifests"
     host_load = [_uptime()]
@@ -180,7 +187,7 @@ def bench(session: nox.Session) -> None:
     # cluster, beside the kernel's table; the tests' 1 GB is too tight for them in turn.
     session.run(
         "python", "-m", "tests.lab", "--run", "python", "-m", "bench.lab_scale",
-        "--out", str(lab), "--changes", args.changes, *files,
+        "--out", str(lab), "--changes", args.changes or "100", *files,
         env={"IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM", "3G")},
     )  # fmt: skip
     host_load.append(_uptime())
@@ -201,7 +208,9 @@ def bench(session: nox.Session) -> None:
         session.run(*lab_dump, stdout=batch, env={"PYTHONPATH": str(Path.cwd())})
 
 
-def _bench_peer(session: nox.Session, sizes: str, changes: str, runs: str, out: Path) -> None:
+def _bench_peer(
+    session: nox.Session, sizes: str, stream: tuple[str, ...], runs: str, out: Path
+) -> None:
     """ipvsproxy and kube-proxy on one lab boot's real API server, one after the other."""
     env = _controlplane(session)
     out.mkdir(exist_ok=True)
@@ -209,7 +218,7 @@ def _bench_peer(session: nox.Session, sizes: str, changes: str, runs: str, out: 
     host_load = [_uptime()]
     session.run(
         "python", "-m", "tests.lab", "--run", "python", "-m", "bench.peer", "--out", str(peer),
-        "--sizes", sizes, "--changes", changes, "--runs", runs,
+        "--sizes", sizes, *stream, "--runs", runs,
         env={**env, "IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM", "3G")},
     )  # fmt: skip
     host_load.append(_uptime())

@@ -18,9 +18,10 @@ chart for ipvsproxy and kube-proxy's defaults for kube-proxy (both written in th
 * ``full_sync_s``: the next periodic sync of the unchanged cluster (kube-proxy's is a full sync
   every time: its histogram's mean over the syncs that came; ours: the ``synced mode="full"``
   log line's seconds);
-* ``changes`` Services added, EndpointSlices changed and Services deleted through the API
-  server, one at a time, each timed from its first write to the kernel holding it
-  (``bench.daemon_latency``'s churn), with the periodic full sync running;
+* Services added, EndpointSlices changed and Services deleted through the API server as a
+  cluster makes them: a Poisson stream of ``--changes`` of each kind at ``--rate`` a second,
+  then a burst of ``--burst`` of each, every change timed on its own from its first write to
+  the kernel holding it (``bench.stream``), with the periodic full sync running;
   ``cpu_s_per_100_changes`` is the proxy's CPU (its children's included: kube-proxy runs
   ``ipset`` and both run ``iptables-restore``) over that window;
 * ``peak_rss_mb``: the process's VmHWM at the end.
@@ -52,16 +53,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cluster import NODE_ADDRESS, NODE_NAME, cluster_ip, endpoint_slice_object, service_object
-from bench.daemon_latency import (
-    Probe,
-    _address,
-    _Churn,
-    _peak_rss_mb,
-    _summary,
-    _wait,
-    stop,
-)
+from bench.daemon_latency import Probe, _address, _peak_rss_mb, _summary, _wait, stop
 from bench.lab_scale import empty_kernel, log
+from bench.stream import StreamSettings, clean_up, plan, prepare, run_phases, summary
 from ipvsproxy.kernel.iptables.backend import detect_backend
 from ipvsproxy.model import TransportProtocol, VirtualServerKey
 from tests.controlplane.build import located
@@ -92,13 +86,15 @@ WRITERS = 4
 
 @dataclass(frozen=True)
 class Settings:
-    """The sync periods each proxy runs with, and where they come from."""
+    """The sync periods each proxy runs with, and where they come from; how changes arrive."""
 
     ipvsproxy: dict[str, str]
     kube_proxy: dict[str, str]
+    changes: StreamSettings
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "changes": self.changes.as_json(),
             "ipvsproxy": {**self.ipvsproxy, "source": "charts/ipvsproxy/values.yaml (ipvs.*)"},
             "kube_proxy": {
                 **self.kube_proxy,
@@ -358,7 +354,7 @@ def _full_sync(proxy: Proxy) -> float:
 
 
 def measure_proxy(
-    proxy: Proxy, writer: ApiWriter, services: int, changes: int, churn_base: int
+    proxy: Proxy, writer: ApiWriter, services: int, stream_settings: StreamSettings, churn_base: int
 ) -> dict[str, Any]:
     """One run of one proxy, in the node namespace the caller entered."""
     last = FIRST_INDEX + services - 1
@@ -379,32 +375,36 @@ def measure_proxy(
             full_sync = _full_sync(proxy)
             log(f"{proxy.kind}: full sync {full_sync:.2f} s")
             synced = {"first_sync_s": first_sync, "full_sync_s": full_sync}
-            churn = _Churn(writer, probe, churn_base, changes)  # type: ignore[arg-type]
+            changes = plan(stream_settings, churn_base)
             try:
+                prepare(writer, probe, changes)
                 # Not timed: the connection idle through the waits above is made again here.
                 writer.ping()
                 cpu_before, churn_started = cpu_seconds(proxy.pid), time.perf_counter()
-                for number in range(changes):
-                    churn.round(number)
-            except (OSError, ApiError) as error:
+                timings = run_phases(writer, probe, changes)
+                own, children = (
+                    b - a for a, b in zip(cpu_before, cpu_seconds(proxy.pid), strict=True)
+                )
+                churn_s = time.perf_counter() - churn_started
+                clean_up(writer, changes)
+            except (OSError, ApiError, RuntimeError) as error:
                 # What was measured before stays: the sync figures of a run whose changes failed.
                 return {**synced, "failure": f"changes: {error}"}
-            own, children = (b - a for a, b in zip(cpu_before, cpu_seconds(proxy.pid), strict=True))
             cpu = own + children
-            churn_s = time.perf_counter() - churn_started
         proxy.check_alive()
-        samples = {kind: [s * 1000 for s in values] for kind, values in churn.latencies.items()}
-        everything = [value / 1000 for values in samples.values() for value in values]
-        overall = _summary(everything)
-        made = len(everything)
+        measured = summary(timings)
+        samples = measured["latency_samples_ms"].values()
+        overall = _summary([value / 1000 for values in samples for value in values])
+        made = measured["latency_changes"]
         return {
             **synced,
             "latency_p50_ms": overall["p50_ms"],
             "latency_p99_ms": overall["p99_ms"],
-            "latency_by_change": {kind: _summary(v) for kind, v in churn.latencies.items()},
-            "latency_samples_ms": samples,
-            "latency_changes": made,
-            "latency_lost_changes": churn.lost,
+            "latency_by_change": {
+                kind: _summary([v / 1000 for v in values])
+                for kind, values in measured["latency_samples_ms"].items()
+            },
+            **measured,
             "churn_s": churn_s,
             "cpu_s_per_100_changes": cpu * 100 / made if made else None,
             "cpu_children_share": children / cpu if cpu else None,
@@ -451,15 +451,16 @@ def kube_proxy_cleanup(proxy: Proxy) -> None:
         log(f"kube-proxy --cleanup: {done.returncode}: {done.stderr.decode()[-500:]}")
 
 
-def run_once(kind: str, number: int, services: int, changes: int, bench: Bench) -> dict[str, Any]:
+def run_once(kind: str, number: int, services: int, bench: Bench) -> dict[str, Any]:
     folder = FOLDER / f"{kind}-{services}-{number}"
     folder.mkdir(parents=True, exist_ok=True)
     proxy = make_proxy(kind, folder, bench)
     # Each run's changes have addresses and pods of their own: nothing waits on a release.
-    churn_base = FIRST_INDEX + services + (number * 2 + PROXIES.index(kind)) * changes * 2
+    span = bench.settings.changes.span()
+    churn_base = FIRST_INDEX + services + (number * len(PROXIES) + PROXIES.index(kind)) * span
     with node_namespace(f"peer-{kind.replace('_', '-')}-{number}"):
         try:
-            return measure_proxy(proxy, bench.writer, services, changes, churn_base)
+            return measure_proxy(proxy, bench.writer, services, bench.settings.changes, churn_base)
         finally:
             if kind == "kube_proxy":
                 kube_proxy_cleanup(proxy)
@@ -473,7 +474,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", default="1000")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--changes", type=int, default=100, help="changes of each kind a run")
+    parser.add_argument(
+        "--changes", type=int, default=80, help="changes of each kind in a run's Poisson stream"
+    )
+    parser.add_argument("--rate", type=float, default=4.0, help="the stream's changes a second")
+    parser.add_argument("--burst", type=int, default=20, help="changes of each kind in the burst")
     parser.add_argument(
         "--proxies", default=",".join(PROXIES), help="which to run (to add runs of one)"
     )
@@ -483,7 +488,8 @@ def main() -> None:
         raise SystemExit("bench.peer: build the control plane first (nox -s controlplane)")
     FOLDER.mkdir(parents=True, exist_ok=True)
     binaries = lab_binaries(built, FOLDER / "kube-proxy-bin", ("kube-proxy",))
-    settings = Settings(chart_sync_periods(), kube_proxy_defaults(binaries / "kube-proxy"))
+    stream = StreamSettings(args.changes, args.rate, args.burst)
+    settings = Settings(chart_sync_periods(), kube_proxy_defaults(binaries / "kube-proxy"), stream)
     results: dict[str, Any] = {"settings": settings.as_json(), "sizes": {}}
     lab = LabControlPlane().start()
     try:
@@ -510,7 +516,7 @@ def main() -> None:
                 for kind in order:
                     log(f"{size} services, run {number + 1}: {kind}")
                     try:
-                        runs[kind].append(run_once(kind, number, size, args.changes, bench))
+                        runs[kind].append(run_once(kind, number, size, bench))
                     except (OSError, RuntimeError, ApiError, subprocess.SubprocessError) as error:
                         runs[kind].append({"failure": str(error)[-3000:]})
                         log(f"{kind}: failed: {error}")

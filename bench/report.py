@@ -295,11 +295,13 @@ PEER_GOALS = {
 }
 
 
-def _pooled(runs: list[dict[str, Any]], kind: str | None) -> list[float]:
+def _pooled(
+    runs: list[dict[str, Any]], kind: str | None, samples_field: str = "latency_samples_ms"
+) -> list[float]:
     return [
         sample
         for run in runs
-        for name, samples in run["latency_samples_ms"].items()
+        for name, samples in run.get(samples_field, {}).items()
         if kind is None or name == kind
         for sample in samples
     ]
@@ -331,7 +333,13 @@ def proxy_figures(runs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
         kind: _percentiles(_pooled(measured, kind))
         for kind in (measured[0]["latency_samples_ms"] if measured else {})
     }
-    figures[f"{prefix}latency_changes"] = sum(run["latency_changes"] for run in measured)
+    figures[f"{prefix}latency_by_phase_pooled"] = {
+        phase: _percentiles(_pooled(measured, phase, "latency_samples_by_phase_ms"))
+        for phase in (measured[0].get("latency_samples_by_phase_ms", {}) if measured else {})
+    }
+    changes = [run["latency_changes"] for run in measured]
+    figures[f"{prefix}latency_changes_per_run"] = min(changes) if changes else None
+    figures[f"{prefix}latency_changes"] = sum(changes)
     figures[f"{prefix}latency_lost_changes"] = sum(run["latency_lost_changes"] for run in measured)
     children = [run["cpu_children_share"] for run in measured if "cpu_children_share" in run]
     figures[f"{prefix}cpu_children_share"] = statistics.median(children) if children else None
@@ -381,8 +389,9 @@ def build_peer_report(peer: dict[str, Any], host_load: str, commit: str) -> dict
             "each figure: the median of the runs, with _min and _max; the runs of each proxy "
             "alternate in order, each in a fresh network namespace of one lab boot",
             "latency: from the first API write (Service added, EndpointSlice changed, Service "
-            "deleted, one at a time) to IPVS holding the change; *_pooled: over every run's "
-            "changes; the runs keep the raw samples",
+            "deleted) to IPVS holding the change, each change timed on its own while others "
+            "are in flight: a Poisson stream, then a burst (settings.changes); the figure is "
+            "over both; *_pooled: over every run's changes; the runs keep the raw samples",
             "cpu_s_per_100_changes: the process's CPU and its waited-for children's over the "
             "changes, the periodic full syncs that fell among them included",
         ],
@@ -424,6 +433,7 @@ def peer_markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in settings["kube_proxy"].items())
         + ".",
         "",
+        *_changes_line(settings.get("changes")),
     ]
     for size, figures in report["sizes"].items():
         lines += [
@@ -450,14 +460,24 @@ def peer_markdown(report: dict[str, Any]) -> str:
                 f"| {kind} p50 / p99, ms (pooled) | {_pair(ours['p50_ms'], ours['p99_ms'])} "
                 f"| {_pair(theirs.get('p50_ms'), theirs.get('p99_ms'))} | |"
             )
+        for phase, ours in figures.get("latency_by_phase_pooled", {}).items():
+            theirs = figures.get("kube_proxy_latency_by_phase_pooled", {}).get(phase, {})
+            lines.append(
+                f"| {phase} p50 / p99, ms (pooled) | {_pair(ours['p50_ms'], ours['p99_ms'])} "
+                f"| {_pair(theirs.get('p50_ms'), theirs.get('p99_ms'))} | |"
+            )
         lines.append(
             f"| share of that CPU in child processes | {_format(figures['cpu_children_share'])} "
             f"| {_format(figures['kube_proxy_cpu_children_share'])} | |"
         )
         lines.append(
-            f"| changes measured (lost) | {figures['latency_changes']} "
+            f"| changes measured in all (lost) | {figures['latency_changes']} "
             f"({figures['latency_lost_changes']}) | {figures['kube_proxy_latency_changes']} "
             f"({figures['kube_proxy_latency_lost_changes']}) | |"
+        )
+        lines.append(
+            f"| changes measured, fewest in a run | {figures['latency_changes_per_run']} "
+            f"| {figures['kube_proxy_latency_changes_per_run']} | |"
         )
         failures = figures["failures"] + figures["kube_proxy_failures"]
         lines += [
@@ -468,6 +488,18 @@ def peer_markdown(report: dict[str, Any]) -> str:
     lines += ["## Notes", "", *(f"- {note}" for note in report["notes"]), ""]
     lines += ["Plot: latency.png. Raw figures and samples: report.json.", ""]
     return "\n".join(lines)
+
+
+def _changes_line(changes: dict[str, Any] | None) -> list[str]:
+    if changes is None:
+        return []
+    return [
+        f"Changes a run: a stream of {changes['stream_changes']} at "
+        f"{changes['stream_rate_per_s']} a second ({changes['stream_arrivals']}), then a burst "
+        f"of {changes['burst_changes']} ({changes['burst']}); kinds "
+        f"{', '.join(changes['kinds'])} in equal numbers, {changes['writers']} writers.",
+        "",
+    ]
 
 
 def peer_plot(report: dict[str, Any], path: Path) -> None:
