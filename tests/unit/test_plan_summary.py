@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from ipvsproxy import cli
 from ipvsproxy.cli import main
-from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
 from ipvsproxy.kernel.protocols import Kernel
+from ipvsproxy.kernel.testing import FakeKernel
 from tests.daemon_kit import endpoint_slice, node, service
 
 
