@@ -19,7 +19,6 @@ from typing import Protocol
 # code, so the pure planner imports this module alone of the kernel layer.
 from ipvsproxy.kernel.errors import (
     KERNEL_ERRORS,
-    EntryError,
     ErrorClass,
     error_class,
     refusal,
@@ -49,13 +48,13 @@ __all__ = [
     "MODULE_PREFIX",
     "AddressKernel",
     "ConntrackKernel",
-    "EntryError",
     "ErrorClass",
     "IPSetKernel",
     "IPVSKernel",
     "IptablesKernel",
     "Kernel",
     "SysctlKernel",
+    "as_listed",
     "error_class",
     "refusal",
     "refusal_reason",
@@ -114,8 +113,21 @@ class AddressKernel(Protocol):
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 
+def as_listed(spec: IPSetSpec) -> IPSetSpec:
+    """What ``IPSetKernel.list_sets`` tells of a set made from ``spec``.
+
+    The kernel keeps no comment, and a bitmap:port set has no address family (it is reported
+    as IPv4): compare a desired spec with a listed one through this.
+    """
+    family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
+    return IPSetSpec(spec.name, spec.set_type, family, options=spec.options)
+
+
 class IPSetKernel(Protocol):
-    def list_sets(self) -> Mapping[str, IPSetContent]: ...
+    def list_sets(self) -> Mapping[str, IPSetContent]:
+        """Our sets (``as_listed``), each entry in ipset(8)'s syntax as Python prints its
+        addresses: the form translate writes them in, so equal entries compare equal."""
+        ...
 
     def create(self, spec: IPSetSpec) -> None: ...
 

@@ -40,7 +40,6 @@ from ipvsproxy.model import (
     UpdateVirtualServer,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.ipsets import canonical_entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +166,7 @@ def count_drift(ops: Iterable[PlanOp], record: AppliedRecord) -> Counter[str]:
                 )
             case AddIPSetEntries(name, entries):
                 content = before.ipsets.get(name)
-                had = canonical_entries(content) if content is not None else frozenset()
+                had = content.entries if content is not None else frozenset()
                 drift["ipset_entry"] += sum(
                     e in had and (name, e) not in record.ipset_entries for e in entries
                 )

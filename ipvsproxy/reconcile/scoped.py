@@ -133,7 +133,7 @@ def plan_change(
         interface=interface,
         create_interface=False,
         bind=tuple(BindAddress(a) for a in sorted(change.bound, key=address_sort_key)),
-        ipsets=plan_entry_changes(desired.ipsets, change.added_entries, change.removed_entries),
+        ipsets=plan_entry_changes(change.added_entries, change.removed_entries),
         iptables=desired.iptables if change.iptables else (),
         timeouts=(),
         ipvs=plan_ipvs(

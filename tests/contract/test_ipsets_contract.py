@@ -8,9 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from ipvsproxy.kernel.errors import IPSetError
-from ipvsproxy.kernel.ipset.entries import as_listed
 from ipvsproxy.kernel.ipset.refusals import IPSET_MESSAGES
-from ipvsproxy.kernel.protocols import IPSetKernel
+from ipvsproxy.kernel.protocols import IPSetKernel, as_listed
 from ipvsproxy.model import BatchResult, IPFamily, IPSetContent, IPSetSpec
 
 V4, V6 = IPFamily.IPV4, IPFamily.IPV6

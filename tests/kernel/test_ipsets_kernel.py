@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ipvsproxy.kernel.ipset.entries import as_listed
 from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
+from ipvsproxy.kernel.protocols import as_listed
 from ipvsproxy.model import IPFamily, IPSetContent, IPSetSpec
 from tests.contract.test_ipsets_contract import EVERY_TYPE
 from tests.lab.netns import sh

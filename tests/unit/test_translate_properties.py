@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -9,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipvsproxy.cluster.parse import parse_endpoint_slice, parse_service, snapshot_from_objects
-from ipvsproxy.model import EndpointSlice, IPFamily, ObjectKey, Service
+from ipvsproxy.kernel.ipset.entries import parse_entry
+from ipvsproxy.model import EndpointSlice, ObjectKey, Service
 from ipvsproxy.translate import ServiceCache, Settings, translate
 from tests.unit.test_translate_rules import NODE
 
@@ -89,51 +88,23 @@ def test_generated_clusters_translate_without_raising(objects: list[dict[str, An
         assert desired.owner.service in owners
 
 
-def _valid_entry(set_type: str, family: IPFamily, entry: str) -> bool:
-    """Whether ``entry`` is in the canonical form ``ipset list`` prints for ``set_type``."""
-
-    def address(text: str) -> bool:
-        parsed = ipaddress.ip_address(text)
-        return str(parsed) == text and IPFamily.of(parsed) is family
-
-    def net(text: str) -> bool:
-        parsed = ipaddress.ip_network(text)
-        host = parsed.prefixlen == parsed.max_prefixlen
-        canonical = str(parsed.network_address) if host else str(parsed)
-        return canonical == text and IPFamily.of(parsed) is family
-
-    def proto_port(text: str) -> bool:
-        protocol, port = text.split(":")
-        return protocol in {"tcp", "udp", "sctp"} and str(int(port)) == port
-
-    parts = entry.split(",")
-    checks: dict[str, list[Callable[[str], bool]]] = {
-        "hash:ip": [address],
-        "hash:ip,port": [address, proto_port],
-        "hash:ip,port,ip": [address, proto_port, address],
-        "hash:ip,port,net": [address, proto_port, net],
-        "bitmap:port": [lambda text: str(int(text)) == text and 0 <= int(text) <= 65535],
-    }
-    expected = checks[set_type]
-    return len(parts) == len(expected) and all(
-        check(p) for check, p in zip(expected, parts, strict=True)
-    )
-
-
 BUILT_IN_TARGETS = {"ACCEPT", "DROP", "RETURN", "REJECT", "MASQUERADE", "MARK"}
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(service | endpoint_slice, max_size=8))
-def test_ipset_entries_parse_as_their_set_type_and_every_jump_has_its_chain(
+def test_ipset_entries_are_as_the_kernel_lists_them_and_every_jump_has_its_chain(
     objects: list[dict[str, Any]],
 ) -> None:
     snapshot, _ = snapshot_from_objects([NODE, *objects], "node-a")
     state = translate(snapshot, Settings())
     for name, content in state.ipsets.items():
         assert len(name) <= 31
+        spec = content.spec
         for entry in content.entries:
-            assert _valid_entry(content.spec.set_type, content.spec.family, entry), (name, entry)
+            # reconcile compares these texts with the kernel's listing as they are.
+            listed = str(parse_entry(entry, spec.set_type, spec.family))
+            assert listed == entry, (name, entry)
     for ruleset in state.iptables:
         for table, chains in ruleset.chains.items():
             for rule in (rule for rules in chains.values() for rule in rules):

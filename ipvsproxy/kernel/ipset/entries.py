@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass, replace
 
 from ipvsproxy.kernel.errors import EntryError
+from ipvsproxy.kernel.protocols import as_listed
 from ipvsproxy.model import IPAddress, IPFamily, IPNetwork, IPSetSpec
 
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -127,13 +128,3 @@ def same_kind(one: IPSetSpec, other: IPSetSpec) -> bool:
     """Whether two sets hold the same kind of entries (type and family), whatever their
     options: what creating an existing set and swapping two sets require."""
     return (one.set_type, as_listed(one).family) == (other.set_type, as_listed(other).family)
-
-
-def as_listed(spec: IPSetSpec) -> IPSetSpec:
-    """What listing the kernel tells of a set made from ``spec``.
-
-    The kernel keeps no comment, and a bitmap:port set has no address family (it is reported
-    as IPv4): compare a desired spec with a listed one through this.
-    """
-    family = IPFamily.IPV4 if spec.set_type == "bitmap:port" else spec.family
-    return IPSetSpec(spec.name, spec.set_type, family, options=spec.options)

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Sequence
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
 from ipvsproxy.kernel.errors import EntryError, IPSetError
-from ipvsproxy.kernel.ipset.entries import Entry, as_listed, check_spec, parse_entry
+from ipvsproxy.kernel.ipset.entries import Entry, check_spec, parse_entry
+from ipvsproxy.kernel.protocols import as_listed
 from ipvsproxy.model import BatchResult, IPSetSpec, OpError
 
 # The kernel's own ipset errnos (include/uapi/linux/netfilter/ipset/ip_set.h), which

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Mapping, Sequence
 
-from ipvsproxy.kernel.ipset.entries import as_listed, same_kind
+from ipvsproxy.kernel.ipset.entries import same_kind
 from ipvsproxy.kernel.ipset.refusals import (
     busy,
     checked,
@@ -13,6 +13,7 @@ from ipvsproxy.kernel.ipset.refusals import (
     parse_all,
     refused_entries,
 )
+from ipvsproxy.kernel.protocols import as_listed
 from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
 
 
