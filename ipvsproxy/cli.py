@@ -404,8 +404,11 @@ def _dry_run(
 @main.command()
 @click.option("--check", is_flag=True, help="Print the plan and the verdict; change nothing.")
 @_output_option
+@_summary_option
 @_proxy_options
-def takeover(ctx: click.Context, *, check: bool, output: str, **_: object) -> None:
+def takeover(
+    ctx: click.Context, *, check: bool, output: str, summary: bool | None, **_: object
+) -> None:
     """Tell what taking this node over from kube-proxy's IPVS mode would change.
 
     Plans the first sync 'ipvsproxy run' would make here, against the live kernel that
@@ -432,7 +435,7 @@ def takeover(ctx: click.Context, *, check: bool, output: str, **_: object) -> No
         _write(takeover_json(plan, desired, verdict))
     else:
         click.echo("# takeover check: ipvsproxy's first sync against this node; nothing is changed")
-        click.echo(sync_plan_text(plan, desired))
+        click.echo(_plan_text(plan, desired, summary))
         click.echo(takeover_text(verdict))
     sys.exit(0 if verdict.safe else 1)
 

@@ -1,7 +1,10 @@
 """A bounded-frequency runner, as kube-proxy's: syncs on request, but never too often or too rarely.
 
 * ``request()`` asks for a run; requests that arrive while one is pending coalesce into it;
-* two runs start at least ``min_interval`` apart (a burst of changes is one sync);
+* runs start at most one per ``min_interval`` on average, with a burst of ``burst`` allowed
+  (kube-proxy's ``burstSyncs``, 2): a token bucket that starts full, so a change that comes
+  soon after a quiet run is not held back for a whole interval, while a stream of changes
+  still syncs once per interval;
 * a run happens at least every ``max_interval`` even with no request (the periodic resync);
 * one run at a time, on the thread that called ``loop``;
 * a run that raises ends ``loop`` with its exception, and is due again when ``loop`` is.
@@ -13,6 +16,35 @@ import threading
 import time
 from collections.abc import Callable
 
+# kube-proxy's IPVS proxier: ``burstSyncs = 2``.
+BURST_SYNCS = 2
+
+
+class SyncBudget:
+    """A token bucket: ``burst`` runs at once, then one per ``min_interval``."""
+
+    def __init__(self, min_interval: float, burst: int, now: float) -> None:
+        self._min_interval = min_interval
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._since = now
+
+    def _refilled(self, now: float) -> float:
+        if self._min_interval <= 0:
+            return self._burst
+        gained = (now - self._since) / self._min_interval
+        return min(self._burst, self._tokens + gained)
+
+    def wait(self, now: float) -> float:
+        """Seconds until a run may start; 0 when it may start now."""
+        if self._min_interval <= 0:
+            return 0.0
+        return max(0.0, (1.0 - self._refilled(now)) * self._min_interval)
+
+    def spend(self, now: float) -> None:
+        self._tokens = max(0.0, self._refilled(now) - 1.0)
+        self._since = now
+
 
 class BoundedFrequencyRunner:
     def __init__(
@@ -21,11 +53,12 @@ class BoundedFrequencyRunner:
         min_interval: float,
         max_interval: float,
         clock: Callable[[], float] = time.monotonic,
+        burst: int = BURST_SYNCS,
     ) -> None:
         self._work = work
-        self._min_interval = min_interval
         self._max_interval = max_interval
         self._clock = clock
+        self._budget = SyncBudget(min_interval, burst, clock())
         self._wake = threading.Condition()
         self._pending = False
         self._stopped = False
@@ -43,12 +76,11 @@ class BoundedFrequencyRunner:
 
     def _delay(self, now: float) -> float:
         """Seconds until the next run is due; 0 when it is due now."""
-        if self._last_run is None:
-            return 0.0 if self._pending else float("inf")
-        since = now - self._last_run
         if self._pending:
-            return max(0.0, self._min_interval - since)
-        return max(0.0, self._max_interval - since)
+            return self._budget.wait(now)
+        if self._last_run is None:
+            return float("inf")
+        return max(self._budget.wait(now), self._max_interval - (now - self._last_run))
 
     def loop(self) -> None:
         """Run ``work`` whenever due, until ``stop``; the first run waits for a request."""
@@ -63,6 +95,7 @@ class BoundedFrequencyRunner:
                     return
                 self._pending = False
                 self._last_run = self._clock()
+                self._budget.spend(self._last_run)
             try:
                 self._work()
             except BaseException:

@@ -27,6 +27,8 @@ SERVICES = 1000
 KUBE_PROXY_FOLDER = Path("/run/ipvsproxy-kube-proxy")
 
 
+# About 11 minutes in a lab boot, the other e2e tests about 20 s each: a boot of its own.
+@pytest.mark.lab_weight(30)
 def test_a_node_is_taken_over_from_kube_proxy_and_handed_back_without_a_failed_request(
     node: Node,
     api: RealApiServer,

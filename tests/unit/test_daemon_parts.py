@@ -18,7 +18,7 @@ from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, diff
 from ipvsproxy.daemon.health import ProxierHealth, node_eligible
 from ipvsproxy.daemon.logs import JsonFormatter, TextFormatter, configure
 from ipvsproxy.daemon.nodeports import health_check_hosts
-from ipvsproxy.daemon.runner import BoundedFrequencyRunner
+from ipvsproxy.daemon.runner import BoundedFrequencyRunner, SyncBudget
 from ipvsproxy.model import ChangedKeys, ClusterSnapshot, Node, ObjectKey
 from ipvsproxy.translate import Settings, translate
 from ipvsproxy.translate.settings import parse_nodeport_addresses
@@ -71,13 +71,13 @@ def test_requests_during_a_run_coalesce_into_one_more_run() -> None:
     assert not thread.is_alive()
 
 
-def test_runs_are_at_least_the_minimum_interval_apart() -> None:
+def test_runs_keep_to_one_per_minimum_interval_after_a_burst_of_two() -> None:
     runs: list[float] = []
     runner = BoundedFrequencyRunner(lambda: runs.append(time.monotonic()), 0.3, 3600)
     thread = threading.Thread(target=runner.loop)
     thread.start()
     try:
-        for _ in range(3):
+        for _ in range(5):
             runner.request()
             deadline = time.monotonic() + 10
             count = len(runs)
@@ -87,8 +87,31 @@ def test_runs_are_at_least_the_minimum_interval_apart() -> None:
     finally:
         runner.stop()
         thread.join(10)
-    assert len(runs) >= 3
-    assert all(later - earlier >= 0.3 for earlier, later in itertools.pairwise(runs))
+    assert len(runs) >= 5
+    # Two at once, then a run per interval: any three runs span at least one interval.
+    assert runs[1] - runs[0] < 0.3
+    assert all(third - first >= 0.29 for first, third in zip(runs, runs[2:], strict=False))
+
+
+def test_the_sync_budget_allows_two_at_once_then_one_per_interval_and_refills() -> None:
+    budget = SyncBudget(min_interval=1.0, burst=2, now=0.0)
+    assert budget.wait(0.0) == 0.0
+    budget.spend(0.0)
+    assert budget.wait(0.0) == 0.0
+    budget.spend(0.0)
+    assert budget.wait(0.0) == 1.0
+    assert budget.wait(0.25) == 0.75
+    budget.spend(1.0)
+    assert budget.wait(1.0) == 1.0
+    # Quiet for long: the bucket holds no more than the burst.
+    assert budget.wait(60.0) == 0.0
+    budget.spend(60.0)
+    budget.spend(60.0)
+    assert budget.wait(60.0) == 1.0
+    unlimited = SyncBudget(min_interval=0.0, burst=2, now=0.0)
+    for _ in range(5):
+        unlimited.spend(0.0)
+    assert unlimited.wait(0.0) == 0.0
 
 
 def test_the_runner_runs_unasked_after_the_maximum_interval_but_not_before_a_first_request() -> (

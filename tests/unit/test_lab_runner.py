@@ -13,10 +13,19 @@ from tests.lab.shard import parse_shard, share
 
 def test_shares_cover_every_test_once_in_order() -> None:
     tests = list(range(7))
-    shares = [share(tests, index, 3) for index in range(3)]
+    shares = [share(tests, [1] * 7, index, 3) for index in range(3)]
     assert shares == [[0, 3, 6], [1, 4], [2, 5]]
     assert sorted(test for part in shares for test in part) == tests
     assert parse_shard("1/3") == (1, 3)
+
+
+def test_a_heavy_test_gets_a_boot_whose_other_tests_make_up_the_difference() -> None:
+    tests = list(range(8))
+    weights = [1, 1, 1, 5, 1, 1, 1, 1]
+    shares = [share(tests, weights, index, 2) for index in range(2)]
+    assert shares == [[3, 6], [0, 1, 2, 4, 5, 7]]
+    loads = [sum(weights[test] for test in part) for part in shares]
+    assert loads == [6, 6]
 
 
 @pytest.mark.parametrize(

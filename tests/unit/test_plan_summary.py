@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ from click.testing import CliRunner
 
 from ipvsproxy import cli
 from ipvsproxy.cli import main
+from ipvsproxy.kernel.bundle import FakeKernel
 from ipvsproxy.kernel.errors import IPVSUnavailable
+from ipvsproxy.kernel.protocols import Kernel
 from tests.daemon_kit import endpoint_slice, node, service
 
 
@@ -78,3 +82,25 @@ def test_full_lists_every_operation_and_summary_any_plan(big: Path) -> None:
 def test_json_is_never_summarized(big: Path) -> None:
     (text,) = ["\n".join(_dry_run(big, "--output", "json"))]
     assert json.loads(text)["counts"]["AddRealServer"] == 800
+
+
+def test_takeover_check_summarizes_a_big_plan_above_its_verdict(
+    big: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @contextmanager
+    def empty_kernel() -> Iterator[Kernel]:
+        yield FakeKernel().kernel()
+
+    monkeypatch.setattr(cli, "real_kernel", empty_kernel)
+    monkeypatch.setattr(cli, "require_net_admin", lambda: None)
+    command = ["takeover", "--check", "--source", str(big), "--hostname-override", "node-a"]
+    result = CliRunner().invoke(main, command)
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) < 60
+    assert lines[1] == "# summary (over 1000 operations; --full lists each)"
+    assert "virtual servers: 400 to add, 0 to update, 0 to delete" in lines
+    assert "takeover: safe" in result.stdout
+    full = CliRunner().invoke(main, [*command, "--full"]).stdout.splitlines()
+    assert sum(line.startswith("+ TCP ") for line in full) == 400
