@@ -37,6 +37,17 @@ class Changes:
         return bool(self.services) or self.node
 
 
+def combined(first: Changes, then: Changes) -> Changes:
+    """The changes of two readings, one after the other, as one."""
+    return Changes(
+        services=first.services | then.services,
+        service_objects=first.service_objects + then.service_objects,
+        endpoint_slices=first.endpoint_slices | then.endpoint_slices,
+        node=first.node or then.node,
+        trigger_times=first.trigger_times + then.trigger_times,
+    )
+
+
 def _changed(
     before: Mapping[ObjectKey, T], after: Mapping[ObjectKey, T], candidates: Iterable[ObjectKey]
 ) -> list[ObjectKey]:

@@ -41,8 +41,8 @@ from ipvsproxy.daemon.nodeports import (
 from ipvsproxy.daemon.port_holder import cannot_listen
 from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
-from ipvsproxy.daemon.sources import ClusterSource
-from ipvsproxy.daemon.syncer import Syncer, SyncMode, SyncReport
+from ipvsproxy.daemon.sources import ClusterSource, Reading
+from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
 from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
@@ -269,6 +269,21 @@ class Daemon:
 
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""
+        # A periodic full sync makes the syncs that come due while it reads the kernel.
+        interleave = Interleave(due=self._due_reading, done=self._synced)
+        reading = self._reading()
+        try:
+            report = self.syncer.sync(*reading, interleave=interleave)
+        except Exception:
+            # The next sync is a full one; meanwhile /healthz turns 503 if this persists.
+            log.exception("sync failed")
+            self.metrics.syncs.labels(mode="unknown", result="error").inc()
+            return None
+        self._synced(report)
+        return report.mode
+
+    def _reading(self) -> Reading:
+        """The cluster as the source has it now, taken for a sync that begins."""
         assert self._source is not None
         log.debug("syncing")
         self.health.sync_began()
@@ -276,17 +291,25 @@ class Daemon:
             self._pending.clear()
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
-        snapshot, rejections, changed = self._source.snapshot()
-        self.health.set_node(snapshot.node)
-        try:
-            report = self.syncer.sync(snapshot, rejections, changed)
-        except Exception:
-            # The next sync is a full one; meanwhile /healthz turns 503 if this persists.
-            log.exception("sync failed")
-            self.metrics.syncs.labels(mode="unknown", result="error").inc()
+        reading = self._source.snapshot()
+        self.health.set_node(reading.snapshot.node)
+        return reading
+
+    def _due_reading(self) -> Reading | None:
+        """A reading for the sync the runner has due now, if it has one."""
+        if not self.runner.take_due():
             return None
+        try:
+            return self._reading()
+        except BaseException:
+            # Not taken after all: the runner makes it once the sync that took it has ended.
+            self.runner.request()
+            raise
+
+    def _synced(self, report: SyncReport) -> None:
+        """Record and report a sync that ended."""
         self._record(report)
-        desired = report.desired
+        desired, snapshot = report.desired, report.snapshot
         self._quarantine_report.report(
             report.result.transitions, self.syncer.reconciler.quarantine, desired, snapshot.services
         )
@@ -305,7 +328,6 @@ class Daemon:
             for trigger in report.changes.trigger_times:
                 self.metrics.network_programming.observe(max(0.0, now - trigger))
         self.synced.set()
-        return report.mode
 
     def _record(self, report: SyncReport) -> None:
         result, metrics = report.result, self.metrics

@@ -72,10 +72,13 @@ class ProxierHealth:
             self._queued_during_sync = None
 
     def updated(self) -> None:
-        """The sync that began last is written; what was queued during it still waits."""
+        """The sync that began last is written; what was queued during it still waits. A sync
+        that ends after one that began inside it (a full sync, after the incremental ones it
+        made while reading the kernel) read the cluster earlier: what waits still waits."""
         with self._lock:
             self._last_updated = self._clock()
-            self._oldest_queued = self._queued_during_sync
+            if self._sync_began is not None:
+                self._oldest_queued = self._queued_during_sync
             self._sync_began = None
             self._queued_during_sync = None
 

@@ -6,7 +6,9 @@
   soon after a quiet run is not held back for a whole interval, while a stream of changes
   still syncs once per interval;
 * a run happens at least every ``max_interval`` even with no request (the periodic resync);
-* one run at a time, on the thread that called ``loop``;
+* one run at a time, on the thread that called ``loop``; a long run may take a run that is
+  due into itself (``take_due``), as a periodic full sync does with the changes that come
+  while it reads the kernel;
 * a run that raises ends ``loop`` with its exception, and is due again when ``loop`` is.
 """
 
@@ -73,6 +75,18 @@ class BoundedFrequencyRunner:
         with self._wake:
             self._stopped = True
             self._wake.notify_all()
+
+    def take_due(self) -> bool:
+        """From inside a run: whether a requested run is due now. If so it counts as started
+        (its request taken, its share of the budget spent) and the caller makes it."""
+        with self._wake:
+            now = self._clock()
+            if self._stopped or not self._pending or self._budget.wait(now) > 0:
+                return False
+            self._pending = False
+            self._last_run = now
+            self._budget.spend(now)
+            return True
 
     def _delay(self, now: float) -> float:
         """Seconds until the next run is due; 0 when it is due now."""

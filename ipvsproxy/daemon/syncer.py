@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, diff
+from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, combined, diff
 from ipvsproxy.daemon.progress import ProgressLog
+from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
@@ -31,6 +32,7 @@ from ipvsproxy.model import (
     EndpointSlice,
     ObjectKey,
     Rejection,
+    VirtualServerKey,
 )
 from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
 from ipvsproxy.translate import Settings
@@ -47,10 +49,21 @@ class SyncReport:
     mode: SyncMode
     result: SyncResult
     desired: DesiredState
+    snapshot: ClusterSnapshot
     changes: Changes
     # Rejections not in the previous sync's desired state.
     new_rejections: tuple[Rejection, ...]
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Interleave:
+    """How a periodic full sync lets changes through while it reads the kernel: ``due`` gives
+    the reading of a sync that is due now (None: none is), and ``done`` hears of the
+    incremental sync made of it, as of any other."""
+
+    due: Callable[[], Reading | None]
+    done: Callable[[SyncReport], None]
 
 
 class Syncer:
@@ -100,51 +113,116 @@ class Syncer:
         snapshot: ClusterSnapshot,
         rejections: list[Rejection],
         changed: ChangedKeys | None = None,
+        interleave: Interleave | None = None,
     ) -> SyncReport:
-        """``changed``: the objects that may differ from the last snapshot given, if known."""
+        """``changed``: the objects that may differ from the last snapshot given, if known.
+        ``interleave``: a periodic full sync makes the syncs due while it reads the kernel
+        (see ``_full``); others, and every sync without it, make them wait."""
         started = time.perf_counter()
-        # The node's own addresses, as kube-proxy reads them at every sync: a change counts as
-        # a change of the Node (cheap to read while nothing changed: see local_addresses).
-        snapshot = replace(
-            snapshot, local_addresses=self._kernel.addresses.local_addresses(DUMMY_INTERFACE)
-        )
+        snapshot = self._with_local_addresses(snapshot)
         # Until this sync has finished, a failure in it leaves the kernel and the kept
         # translation in doubt (and ``changed`` lost): the next sync is then a full one.
         in_doubt, self._full_needed = self._full_needed, True
         changes = diff(self._snapshot, snapshot, None if in_doubt else changed)
         previous = self._reconciler.last_desired
-        full = in_doubt or changes.node or previous is None or self.full_sync_due()
-        if full:
-            mode = SyncMode.FULL
-            self._last_full = self._clock()
-            desired = self._full_translation(
-                snapshot, changes, trusted=not in_doubt and not changes.node
+        if in_doubt or changes.node or previous is None or self.full_sync_due():
+            trusted = not in_doubt and not changes.node and previous is not None
+            report = self._full(
+                snapshot,
+                rejections,
+                changes,
+                trusted=trusted,
+                interleave=interleave if trusted else None,
+                started=started,
             )
-            desired = _with(rejections, desired)
-            result = self._reconciler.sync(desired, progress=ProgressLog(self._clock))
         else:
-            mode = SyncMode.INCREMENTAL
-            translated = self._incremental.update(
-                snapshot, changes.services, changes.endpoint_slices
-            )
-            desired = _with(rejections, translated.desired)
-            result = self._reconciler.sync_change(
-                desired, translated.change, drain_check=self.drain_check_wanted
-            )
-        self.drain_check_wanted = False
+            report = self._incremental_sync(snapshot, rejections, changes, started)
         # A belief the kernel did not confirm is not a belief to plan against; an object it
         # refused waits in quarantine, and says nothing about the rest.
-        self._full_needed = result.needs_full
+        self._full_needed = report.result.needs_full
+        return report
+
+    def _with_local_addresses(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """The node's own addresses, as kube-proxy reads them at every sync: a change counts
+        as a change of the Node (cheap to read while nothing changed: see local_addresses)."""
+        addresses = self._kernel.addresses.local_addresses(DUMMY_INTERFACE)
+        return replace(snapshot, local_addresses=addresses)
+
+    def _full(
+        self,
+        snapshot: ClusterSnapshot,
+        rejections: list[Rejection],
+        changes: Changes,
+        *,
+        trusted: bool,
+        interleave: Interleave | None,
+        started: float,
+    ) -> SyncReport:
+        """The kernel read whole and every difference repaired. With ``interleave`` (a
+        periodic full sync of a kernel believed to hold the last sync's state), the syncs due
+        meanwhile are made between the reads of two virtual servers, and the plan is of the
+        newest translation against the kernel as they left it: a change does not wait for
+        the whole table to be read."""
+        self._last_full = self._clock()
+        translated = self._full_translation(snapshot, changes, trusted=trusted)
         self._snapshot = snapshot
-        seen = set(previous.rejections) if previous is not None else set()
-        return SyncReport(
-            mode=mode,
-            result=result,
-            desired=desired,
+        between = _Between(self, interleave, rejections, changes) if interleave else None
+        actual = self._reconciler.observe(between)
+        if between is not None:
+            snapshot, rejections, changes = self._snapshot, between.rejections, between.changes
+            translated = self._incremental.desired or translated
+        desired = _with(rejections, translated)
+        before = self._reconciler.last_desired
+        result = self._reconciler.sync(desired, actual, progress=ProgressLog(self._clock))
+        return _report(
+            SyncMode.FULL,
+            result,
+            desired,
+            snapshot=snapshot,
             changes=changes,
-            new_rejections=tuple(r for r in desired.rejections if r not in seen),
-            seconds=time.perf_counter() - started,
+            before=before,
+            started=started,
+            nested=between.seconds if between is not None else 0.0,
         )
+
+    def _incremental_sync(
+        self,
+        snapshot: ClusterSnapshot,
+        rejections: list[Rejection],
+        changes: Changes,
+        started: float,
+    ) -> SyncReport:
+        """Only what changed, against the state the last sync left."""
+        translated = self._incremental.update(snapshot, changes.services, changes.endpoint_slices)
+        desired = _with(rejections, translated.desired)
+        before = self._reconciler.last_desired
+        result = self._reconciler.sync_change(
+            desired, translated.change, drain_check=self.drain_check_wanted
+        )
+        self.drain_check_wanted = False
+        self._snapshot = snapshot
+        return _report(
+            SyncMode.INCREMENTAL,
+            result,
+            desired,
+            snapshot=snapshot,
+            changes=changes,
+            before=before,
+            started=started,
+        )
+
+    def _between(self, reading: Reading) -> SyncReport | Changes:
+        """A sync due while a full one reads the kernel: incremental, or only its changes
+        when the full sync alone can make it (the Node changed): then the translation is
+        brought up to date for the full sync to apply."""
+        started = time.perf_counter()
+        snapshot = self._with_local_addresses(reading.snapshot)
+        changes = diff(self._snapshot, snapshot, reading.changed)
+        if changes.node:
+            self._incremental.rebuild(snapshot)
+            self._snapshot = snapshot
+            return changes
+        return self._incremental_sync(snapshot, reading.rejections, changes, started)
 
     def _full_translation(
         self, snapshot: ClusterSnapshot, changes: Changes, *, trusted: bool
@@ -157,6 +235,69 @@ class Syncer:
                 snapshot, changes.services, changes.endpoint_slices
             ).desired
         return self._incremental.rebuild(snapshot)
+
+
+class _Between:
+    """What a full sync runs between its reads of two virtual servers: the syncs due, until
+    one fails or needs a full sync (later ones wait for this one to end, which repairs all)."""
+
+    def __init__(
+        self,
+        syncer: Syncer,
+        interleave: Interleave,
+        rejections: list[Rejection],
+        changes: Changes,
+    ) -> None:
+        self._syncer = syncer
+        self._interleave = interleave
+        self._open = True
+        # What the full sync reports: the newest rejections, and the changes folded into it.
+        self.rejections = rejections
+        self.changes = changes
+        # Spent in the incremental syncs made, not in the full one.
+        self.seconds = 0.0
+
+    def __call__(self) -> frozenset[VirtualServerKey]:
+        if not self._open or (reading := self._interleave.due()) is None:
+            return frozenset()
+        started = time.perf_counter()
+        self.rejections = reading.rejections
+        made = self._syncer._between(reading)
+        if isinstance(made, Changes):
+            self._open = False
+            self.changes = combined(self.changes, made)
+            written: frozenset[VirtualServerKey] = frozenset()
+        else:
+            self._open = not made.result.needs_full
+            self._interleave.done(made)
+            written = made.result.written
+        self.seconds += time.perf_counter() - started
+        return written
+
+
+def _report(
+    mode: SyncMode,
+    result: SyncResult,
+    desired: DesiredState,
+    *,
+    snapshot: ClusterSnapshot,
+    changes: Changes,
+    before: DesiredState | None,
+    started: float,
+    nested: float = 0.0,
+) -> SyncReport:
+    """``before``: the desired state of the sync before; ``nested``: seconds spent in syncs
+    made inside this one."""
+    seen = set(before.rejections) if before is not None else set()
+    return SyncReport(
+        mode=mode,
+        result=result,
+        desired=desired,
+        snapshot=snapshot,
+        changes=changes,
+        new_rejections=tuple(r for r in desired.rejections if r not in seen),
+        seconds=time.perf_counter() - started - nested,
+    )
 
 
 def _with(rejections: list[Rejection], desired: DesiredState) -> DesiredState:

@@ -37,7 +37,7 @@ from ipvsproxy.reconcile.held import quarantinable
 from ipvsproxy.reconcile.parameters import LEAVE_CONNTRACK, ConntrackSettings
 from ipvsproxy.reconcile.quarantine import Quarantine, Transition
 from ipvsproxy.reconcile.scoped import plan_change, to_read
-from ipvsproxy.reconcile.state import KernelState, observe
+from ipvsproxy.reconcile.state import Between, KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
 
 
@@ -80,6 +80,11 @@ class SyncResult:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def written(self) -> frozenset[VirtualServerKey]:
+        """The virtual servers this sync changed in the kernel."""
+        return frozenset(virtual_of(op) for op in self.applied if isinstance(op, IPVS_OPS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +136,9 @@ class Reconciler:
         to retry); safe to read from any thread."""
         return self._next_retry
 
-    def observe(self) -> KernelState:
-        return observe(self._kernel, self._settings.interface)
+    def observe(self, between: Between | None = None) -> KernelState:
+        """The kernel's state (see ``state.observe``)."""
+        return observe(self._kernel, self._settings.interface, between)
 
     def plan(self, desired: DesiredState, actual: KernelState | None = None) -> SyncPlan:
         """What a sync would do now; nothing is written."""

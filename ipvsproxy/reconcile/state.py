@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ipvsproxy.gcpause import without_cyclic_gc
-from ipvsproxy.kernel.protocols import Kernel, SysctlKernel
-from ipvsproxy.model import DUMMY_INTERFACE, IPAddress, IPSetContent, IPVSTable, IPVSTimeouts
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel, SysctlKernel
+from ipvsproxy.model import (
+    DUMMY_INTERFACE,
+    IPAddress,
+    IPSetContent,
+    IPVSTable,
+    IPVSTimeouts,
+    VirtualServerKey,
+    VirtualServerState,
+)
 from ipvsproxy.reconcile import parameters
 
 
@@ -37,11 +45,42 @@ def read_parameters(sysctl: SysctlKernel) -> Mapping[str, str | None]:
     return MappingProxyType({name: sysctl.get(name) for name in parameters.READ})
 
 
+# Run between the reads of two virtual servers; gives those it may have written.
+Between = Callable[[], frozenset[VirtualServerKey]]
+
+
+def read_ipvs_between(ipvs: IPVSKernel, between: Between) -> IPVSTable:
+    """The IPVS table read one virtual server at a time, ``between`` run before each read (an
+    incremental sync, say, so that it need not wait for the whole table): what it wrote is
+    read again at the end, so the table is as the kernel holds it once ``between`` stops."""
+    table: dict[VirtualServerKey, VirtualServerState] = {}
+    written: set[VirtualServerKey] = set()
+    for key in ipvs.dump(real_servers=False):
+        written |= between()
+        state = ipvs.virtual_server(key)
+        if state is not None:
+            table[key] = state
+    written |= between()
+    for key in written:
+        state = ipvs.virtual_server(key)
+        if state is None:
+            table.pop(key, None)
+        else:
+            table[key] = state
+    return table
+
+
 @without_cyclic_gc
-def observe(kernel: Kernel, interface: str = DUMMY_INTERFACE) -> KernelState:
+def observe(
+    kernel: Kernel, interface: str = DUMMY_INTERFACE, between: Between | None = None
+) -> KernelState:
+    """The kernel's state; with ``between``, the IPVS table is read as ``read_ipvs_between``
+    does, and the rest after it."""
     return KernelState(
         # Planning reads real servers and their connections, never their traffic.
-        ipvs=kernel.ipvs.dump(traffic=False),
+        ipvs=kernel.ipvs.dump(traffic=False)
+        if between is None
+        else read_ipvs_between(kernel.ipvs, between),
         interface_exists=kernel.addresses.interface_exists(interface),
         bound_addresses=kernel.addresses.addresses(interface),
         local_addresses=kernel.addresses.all_addresses(),

@@ -114,6 +114,30 @@ def test_the_sync_budget_allows_two_at_once_then_one_per_interval_and_refills() 
     assert unlimited.wait(0.0) == 0.0
 
 
+def test_a_run_takes_a_due_request_into_itself_within_the_budget() -> None:
+    now = [0.0]
+    runner = BoundedFrequencyRunner(lambda: None, 1.0, 3600, clock=lambda: now[0])
+    # Nothing asked: nothing due.
+    assert not runner.take_due()
+    runner.request()
+    assert runner.take_due()
+    # The request was taken with it.
+    assert not runner.take_due()
+    # The burst of two is spent: the next waits for the budget to refill.
+    runner.request()
+    assert runner.take_due()
+    runner.request()
+    assert not runner.take_due()
+    now[0] = 0.5
+    assert not runner.take_due()
+    now[0] = 1.0
+    assert runner.take_due()
+    runner.request()
+    runner.stop()
+    now[0] = 10.0
+    assert not runner.take_due()
+
+
 def test_the_runner_runs_unasked_after_the_maximum_interval_but_not_before_a_first_request() -> (
     None
 ):
@@ -144,6 +168,7 @@ def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
     clock.now += 600
     # Healthy while starting up, however long the first sync takes, as kube-proxy.
     assert health.healthz().status == 200
+    health.sync_began()
     health.updated()
     health.queued_update()
     clock.now += 59
@@ -157,6 +182,7 @@ def test_health_turns_bad_only_when_a_queued_update_waits_too_long() -> None:
         "lastUpdated": "1970-01-01 00:26:40.000000000 +0000 UTC",
         "currentTime": "1970-01-01 00:27:41.000000000 +0000 UTC",
     }
+    health.sync_began()
     health.updated()
     assert health.livez().status == 200
     # Healthy, lastUpdated is now, as kube-proxy keeps it for older clients.
@@ -178,6 +204,27 @@ def test_an_update_queued_during_a_sync_still_waits_once_that_sync_is_done() -> 
     clock.now += 60
     assert health.livez().status == 503
     # A sync that began after it programs it.
+    health.sync_began()
+    health.updated()
+    assert health.livez().status == 200
+
+
+def test_a_full_sync_ending_after_a_sync_it_made_leaves_what_waits_waiting() -> None:
+    clock = Clock()
+    health = ProxierHealth(timeout=60.0, clock=clock)
+    health.sync_began()
+    health.updated()
+    # A full sync begins; a change comes; the full sync makes a sync of it while it reads.
+    health.sync_began()
+    health.queued_update()
+    health.sync_began()
+    health.updated()
+    # Another comes, then the full sync ends: it read the cluster before that one.
+    clock.now += 1
+    health.queued_update()
+    health.updated()
+    clock.now += 60
+    assert health.livez().status == 503
     health.sync_began()
     health.updated()
     assert health.livez().status == 200

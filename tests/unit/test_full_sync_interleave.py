@@ -1,0 +1,350 @@
+"""A periodic full sync makes the syncs that come due while it reads the kernel (fake kernel)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from ipaddress import ip_address
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipvsproxy.cluster.parse import snapshot_from_objects
+from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
+from ipvsproxy.daemon.sources import Reading
+from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
+from ipvsproxy.model import (
+    AddRealServer,
+    AddVirtualServer,
+    DeleteRealServer,
+    DeleteVirtualServer,
+    IPVSOp,
+    IPVSTable,
+    RealServer,
+    RealServerKey,
+    TransportProtocol,
+    VirtualServerKey,
+    VirtualServerState,
+)
+from ipvsproxy.translate import Settings
+from tests.daemon_kit import (
+    NODE,
+    RecordingIPVS,
+    RecordingKernel,
+    cluster,
+    endpoint_slice,
+    service,
+)
+from tests.unit.test_daemon_syncer import Clock, make, replaced, snapshot
+
+Objects = list[dict[str, Any]]
+
+
+def vip(index: int) -> VirtualServerKey:
+    return VirtualServerKey(TransportProtocol.TCP, ip_address(f"10.96.0.{index + 1}"), 80)
+
+
+class Due:
+    """Readings that come due at given calls of ``due``, and the syncs made of them."""
+
+    def __init__(self, fake: RecordingKernel, at: dict[int, Objects]) -> None:
+        self._fake = fake
+        self._at = at
+        self.calls = 0
+        self.reports: list[SyncReport] = []
+        # How many virtual servers the full sync had read when each reading was taken.
+        self.taken_after_reads: list[int] = []
+        self.done_after_reads: list[int] = []
+
+    def due(self) -> Reading | None:
+        objects = self._at.get(self.calls)
+        self.calls += 1
+        if objects is None:
+            return None
+        self.taken_after_reads.append(len(self._fake.recording.reads))
+        return Reading(snapshot(objects), [])
+
+    def done(self, report: SyncReport) -> None:
+        self.reports.append(report)
+        self.done_after_reads.append(len(self._fake.recording.reads))
+
+    def interleave(self) -> Interleave:
+        return Interleave(due=self.due, done=self.done)
+
+
+def started(services: int) -> tuple[Clock, RecordingKernel, Syncer, Objects]:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(services)
+    assert syncer.sync(snapshot(objects), []).result.ok
+    fake.take_ops()
+    fake.recording.reads = []
+    clock.now = 30.0
+    return clock, fake, syncer, objects
+
+
+def settled(fake: RecordingKernel, objects: Objects) -> IPVSTable:
+    """What a fresh proxy would program for ``objects`` into an empty kernel."""
+    clock = Clock()
+    fresh, syncer = make(clock)
+    assert syncer.sync(snapshot(objects), []).result.ok
+    return fresh.recording.fake.dump()
+
+
+def test_a_change_due_during_the_read_is_made_then_not_after_the_whole_table() -> None:
+    _, fake, syncer, objects = started(10)
+    changed = replaced(objects, endpoint_slice(7, endpoints=2, first=1))
+    due = Due(fake, {2: changed})
+
+    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+
+    assert full.mode is SyncMode.FULL and full.result.ok
+    (made,) = due.reports
+    assert made.mode is SyncMode.INCREMENTAL and made.result.ok
+    # Taken two virtual servers into the read of ten, its ops went to the kernel at once.
+    assert due.taken_after_reads == [2]
+    # Made before the third was read (it read virtual server 8 itself, losing a real server).
+    assert due.done_after_reads == [3]
+    old, new = (RealServerKey(ip_address(f"10.128.7.{n}"), 8080) for n in (1, 3))
+    assert fake.take_ops()[:2] == [
+        AddRealServer(vip(7), RealServer(new)),
+        DeleteRealServer(vip(7), old),
+    ]
+    # The full sync planned against the kernel as the change left it: nothing more to do.
+    assert full.result.writes == 0 and not full.result.drift
+    assert fake.recording.fake.dump() == settled(fake, changed)
+    assert full.snapshot.endpoint_slices == snapshot(changed).endpoint_slices
+
+
+def test_a_service_the_change_adds_or_deletes_is_not_undone_by_the_full_sync() -> None:
+    _, fake, syncer, objects = started(6)
+    gone = [o for o in objects if o["metadata"]["name"] not in ("svc-5", "svc-5-abcde")]
+    # Deleted after the read has passed it, added before the read would reach it.
+    changed = [*gone, service(40), endpoint_slice(40)]
+    # Taken at the last call, once every virtual server has been read.
+    due = Due(fake, {6: changed})
+
+    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+
+    assert [r.mode for r in due.reports] == [SyncMode.INCREMENTAL]
+    ops: list[IPVSOp] = [*due.reports[0].result.applied]  # type: ignore[list-item]
+    assert DeleteVirtualServer(vip(5)) in ops
+    assert any(isinstance(op, AddVirtualServer) and op.server.key == vip(40) for op in ops)
+    assert full.result.writes == 0
+    table = fake.recording.fake.dump()
+    assert vip(5) not in table and vip(40) in table
+    assert table == settled(fake, changed)
+
+
+def test_changes_keep_coming_and_the_full_sync_still_ends_with_all_of_them() -> None:
+    _, fake, syncer, objects = started(8)
+    steps: dict[int, Objects] = {}
+    current = objects
+    for call in (0, 3, 4, 8):
+        current = replaced(current, endpoint_slice(call % 8, endpoints=3, first=call))
+        steps[call] = current
+    due = Due(fake, steps)
+
+    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+
+    assert len(due.reports) == 4 and all(r.result.ok for r in due.reports)
+    assert full.result.ok and full.result.writes == 0
+    assert fake.recording.fake.dump() == settled(fake, current)
+
+
+def test_no_sync_is_made_inside_a_first_or_a_repairing_full_sync() -> None:
+    clock = Clock()
+    fake, syncer = make(clock)
+    objects = cluster(4)
+    due = Due(fake, {})
+    assert syncer.sync(snapshot(objects), [], interleave=due.interleave()).result.ok
+    # The first: the kernel holds nothing believed yet.
+    assert due.calls == 0
+    # After a failed op the kernel is in doubt: a full sync, alone.
+    fake.recording.fake.apply([DeleteVirtualServer(vip(0))])
+    clock.now = 1.0
+    failed = syncer.sync(snapshot(replaced(objects, endpoint_slice(0, endpoints=3))), [])
+    assert not failed.result.ok
+    clock.now = 2.0
+    repair = syncer.sync(
+        snapshot(replaced(objects, endpoint_slice(0, endpoints=3))),
+        [],
+        interleave=due.interleave(),
+    )
+    assert repair.mode is SyncMode.FULL and repair.result.ok and due.calls == 0
+
+
+def test_a_node_change_due_during_the_read_waits_for_the_full_sync_that_makes_it() -> None:
+    _, fake, syncer, objects = started(4)
+    before = snapshot(objects)
+    assert before.node is not None
+    zone_b = replace(before.node, labels={"topology.kubernetes.io/zone": "b"})
+    later = replaced(objects, endpoint_slice(1, endpoints=3))
+    calls: list[int] = []
+
+    def due() -> Reading | None:
+        calls.append(len(calls))
+        if len(calls) == 2:
+            return Reading(replace(snapshot(later), node=zone_b), [])
+        return None
+
+    made: list[SyncReport] = []
+    full = syncer.sync(before, [], interleave=Interleave(due=due, done=made.append))
+
+    # Not made inside: the full sync made it, and asked for no more while it read.
+    assert made == [] and len(calls) == 2
+    assert full.result.ok and full.changes.node
+    assert full.snapshot.node == zone_b
+    assert len(fake.recording.fake.dump()[vip(1)].real_servers) == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(
+        st.integers(0, 8),
+        st.tuples(st.integers(0, 5), st.integers(0, 3), st.booleans()),
+        max_size=4,
+    )
+)
+def test_whatever_comes_due_where_the_kernel_ends_as_a_fresh_proxy_would_program_it(
+    changes: dict[int, tuple[int, int, bool]],
+) -> None:
+    """Six virtual servers: ``due`` is called seven times, so a change at call 7 or 8 is
+    never taken, and waits for the next sync."""
+    _, fake, syncer, objects = started(6)
+    steps: dict[int, Objects] = {}
+    current = objects
+    for call, (index, endpoints, deleted) in sorted(changes.items()):
+        names = (f"svc-{index}", f"svc-{index}-abcde")
+        current = [o for o in current if o["metadata"]["name"] not in names]
+        if not deleted:
+            current += [service(index), endpoint_slice(index, endpoints, first=call)]
+        steps[call] = current
+    due = Due(fake, steps)
+
+    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+
+    assert due.calls == 7
+    taken = [steps[call] for call in sorted(steps) if call < due.calls]
+    assert len(due.reports) == len(taken)
+    assert full.result.ok and all(r.result.ok for r in due.reports)
+    assert full.result.writes == 0
+    assert fake.recording.fake.dump() == settled(fake, taken[-1] if taken else objects)
+
+
+class ListingIPVS(RecordingIPVS):
+    """Calls ``on_read`` with the count of virtual servers read since the table was last
+    listed without real servers (as a full sync that lets changes through reads it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+        self.read_since_listing = 0
+        self.on_read: Callable[[int], None] = lambda _: None
+
+    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
+        if not real_servers:
+            self.listings += 1
+            self.read_since_listing = 0
+        return super().dump(real_servers=real_servers, traffic=traffic)
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        self.read_since_listing += 1
+        if self.listings:
+            self.on_read(self.read_since_listing)
+        return super().virtual_server(key)
+
+
+def test_the_daemon_makes_a_change_inside_the_periodic_full_sync_reading_the_kernel() -> None:
+    fake = RecordingKernel()
+    fake.recording = ListingIPVS()
+    options = DaemonOptions(
+        sync_period=0.3, min_sync_period=0.0, healthz=None, metrics=None, tick=0.05
+    )
+    daemon = Daemon(fake.kernel(), Settings(), options)
+    source = StaticSource(cluster(20))
+    stop = threading.Event()
+    thread = threading.Thread(target=daemon.run, args=(source, stop))
+    thread.start()
+    seen: dict[str, bool] = {}
+
+    def on_read(count: int) -> None:
+        if count == 3 and "changed" not in seen:
+            seen["changed"] = True
+            source.objects = [*source.objects, service(50), endpoint_slice(50)]
+            daemon.changed("services")
+        elif count == 15 and "changed" in seen and "served" not in seen:
+            seen["served"] = vip(50) in fake.recording.fake.dump()
+
+    try:
+        assert daemon.synced.wait(20)
+        fake.recording.on_read = on_read
+        deadline = time.monotonic() + 20
+        while "served" not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(20)
+    # Served twelve virtual servers later, while the full sync still read the other eight.
+    assert seen == {"changed": True, "served": True}
+    assert not thread.is_alive()
+
+
+def test_a_change_whose_reading_fails_inside_the_full_sync_is_made_after_it() -> None:
+    fake = RecordingKernel()
+    fake.recording = listing = ListingIPVS()
+    options = DaemonOptions(
+        sync_period=0.3, min_sync_period=0.0, healthz=None, metrics=None, tick=0.05
+    )
+    daemon = Daemon(fake.kernel(), Settings(), options)
+    source = StaticSource(cluster(20))
+    stop = threading.Event()
+    thread = threading.Thread(target=daemon.run, args=(source, stop))
+    thread.start()
+
+    def on_read(count: int) -> None:
+        if count == 3 and not source.failures_left:
+            listing.on_read = lambda _: None
+            source.failures_left = 1
+            source.objects = [*source.objects, service(50), endpoint_slice(50)]
+            daemon.changed("services")
+
+    try:
+        assert daemon.synced.wait(20)
+        listing.on_read = on_read
+        deadline = time.monotonic() + 20
+        while vip(50) not in fake.recording.fake.dump() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(20)
+    assert source.failures_left == 0
+    assert vip(50) in fake.recording.fake.dump()
+    errors = daemon.metrics.registry.get_sample_value(
+        "ipvsproxy_syncs_total", {"mode": "unknown", "result": "error"}
+    )
+    assert errors == 1
+
+
+class StaticSource:
+    def __init__(self, objects: Objects) -> None:
+        self.objects = objects
+        self.failures_left = 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        return True
+
+    def snapshot(self) -> Reading:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise RuntimeError("the cluster cannot be read")
+        return Reading(*snapshot_from_objects(self.objects, NODE))
