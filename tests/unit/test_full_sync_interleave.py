@@ -12,7 +12,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
@@ -31,7 +30,6 @@ from ipvsproxy.model import (
 )
 from ipvsproxy.translate import Settings
 from tests.daemon_kit import (
-    NODE,
     RecordingIPVS,
     RecordingKernel,
     cluster,
@@ -39,6 +37,7 @@ from tests.daemon_kit import (
     service,
 )
 from tests.unit.test_daemon_syncer import Clock, make, replaced, snapshot
+from tests.unit.test_daemon_workers import BreakableSource
 
 Objects = list[dict[str, Any]]
 
@@ -258,93 +257,71 @@ class ListingIPVS(RecordingIPVS):
         return super().virtual_server(key)
 
 
+class DaemonReading:
+    """A daemon over ``ListingIPVS``, syncing fully every 0.3 s, its source 20 services."""
+
+    def __init__(self) -> None:
+        self.fake = RecordingKernel()
+        self.fake.recording = self.ipvs = ListingIPVS()
+        options = DaemonOptions(
+            sync_period=0.3, min_sync_period=0.0, healthz=None, metrics=None, tick=0.05
+        )
+        self.daemon = Daemon(self.fake.kernel(), Settings(), options)
+        self.source = BreakableSource(cluster(20))
+
+    def add_service(self, index: int) -> None:
+        self.source.objects = [*self.source.objects, service(index), endpoint_slice(index)]
+        self.daemon.changed("services")
+
+    def serves(self, index: int) -> bool:
+        return vip(index) in self.fake.recording.fake.dump()
+
+    def run_until(self, on_read: Callable[[int], None], done: Callable[[], bool]) -> None:
+        """Run, ``on_read`` set once synced, until ``done`` (at most 20 s)."""
+        stop = threading.Event()
+        thread = threading.Thread(target=self.daemon.run, args=(self.source, stop))
+        thread.start()
+        try:
+            assert self.daemon.synced.wait(20)
+            self.ipvs.on_read = on_read
+            deadline = time.monotonic() + 20
+            while not done() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            stop.set()
+            thread.join(20)
+        assert not thread.is_alive()
+
+
 def test_the_daemon_makes_a_change_inside_the_periodic_full_sync_reading_the_kernel() -> None:
-    fake = RecordingKernel()
-    fake.recording = ListingIPVS()
-    options = DaemonOptions(
-        sync_period=0.3, min_sync_period=0.0, healthz=None, metrics=None, tick=0.05
-    )
-    daemon = Daemon(fake.kernel(), Settings(), options)
-    source = StaticSource(cluster(20))
-    stop = threading.Event()
-    thread = threading.Thread(target=daemon.run, args=(source, stop))
-    thread.start()
+    running = DaemonReading()
     seen: dict[str, bool] = {}
 
     def on_read(count: int) -> None:
         if count == 3 and "changed" not in seen:
             seen["changed"] = True
-            source.objects = [*source.objects, service(50), endpoint_slice(50)]
-            daemon.changed("services")
+            running.add_service(50)
         elif count == 15 and "changed" in seen and "served" not in seen:
-            seen["served"] = vip(50) in fake.recording.fake.dump()
+            seen["served"] = running.serves(50)
 
-    try:
-        assert daemon.synced.wait(20)
-        fake.recording.on_read = on_read
-        deadline = time.monotonic() + 20
-        while "served" not in seen and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        stop.set()
-        thread.join(20)
+    running.run_until(on_read, lambda: "served" in seen)
     # Served twelve virtual servers later, while the full sync still read the other eight.
     assert seen == {"changed": True, "served": True}
-    assert not thread.is_alive()
 
 
 def test_a_change_whose_reading_fails_inside_the_full_sync_is_made_after_it() -> None:
-    fake = RecordingKernel()
-    fake.recording = listing = ListingIPVS()
-    options = DaemonOptions(
-        sync_period=0.3, min_sync_period=0.0, healthz=None, metrics=None, tick=0.05
-    )
-    daemon = Daemon(fake.kernel(), Settings(), options)
-    source = StaticSource(cluster(20))
-    stop = threading.Event()
-    thread = threading.Thread(target=daemon.run, args=(source, stop))
-    thread.start()
+    running = DaemonReading()
 
     def on_read(count: int) -> None:
-        if count == 3 and not source.failures_left:
-            listing.on_read = lambda _: None
-            source.failures_left = 1
-            source.objects = [*source.objects, service(50), endpoint_slice(50)]
-            daemon.changed("services")
+        if count == 3:
+            running.ipvs.on_read = lambda _: None
+            running.source.failures_left = 1
+            running.add_service(50)
 
-    try:
-        assert daemon.synced.wait(20)
-        listing.on_read = on_read
-        deadline = time.monotonic() + 20
-        while vip(50) not in fake.recording.fake.dump() and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        stop.set()
-        thread.join(20)
-    assert source.failures_left == 0
-    assert vip(50) in fake.recording.fake.dump()
-    errors = daemon.metrics.registry.get_sample_value(
+    running.run_until(on_read, lambda: running.serves(50))
+    assert running.source.failures_left == 0
+    assert running.serves(50)
+    errors = running.daemon.metrics.registry.get_sample_value(
         "ipvsproxy_syncs_total", {"mode": "unknown", "result": "error"}
     )
     assert errors == 1
-
-
-class StaticSource:
-    def __init__(self, objects: Objects) -> None:
-        self.objects = objects
-        self.failures_left = 0
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def wait_for_sync(self, timeout: float) -> bool:
-        return True
-
-    def snapshot(self) -> Reading:
-        if self.failures_left:
-            self.failures_left -= 1
-            raise RuntimeError("the cluster cannot be read")
-        return Reading(*snapshot_from_objects(self.objects, NODE))
