@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from ipvsproxy.lean_import import register_bare
 
-for _package in ("kubernetes", "kubernetes.config", "kubernetes.utils", "kubernetes.client.models"):
+# Parents first: finding a subpackage imports its parent, which would run that one's __init__.
+for _package in ("kubernetes", "kubernetes.config", "kubernetes.utils"):
     register_bare(_package)
 # What the loaders ask of the client package: each from its own module.
 register_bare(
@@ -26,6 +27,8 @@ register_bare(
         "ApiClient": "kubernetes.client.api_client",
     },
 )
+# Release 29's ApiClient imports it, and with it every model.
+register_bare("kubernetes.client.models")
 
 from kubernetes.client.configuration import Configuration  # noqa: E402
 from kubernetes.client.rest import RESTClientObject  # noqa: E402
