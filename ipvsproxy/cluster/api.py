@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from kubernetes import client
 
 from ipvsproxy.cluster.connection import (
     ApiConnection,
     ApiError,
     LineStream,
     OversizedLine,
+    Request,
     open_stream,
     request_json,
 )
@@ -40,23 +39,19 @@ _GONE = 410
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One listable kind: its name in messages and the generated all-namespaces list call."""
+    """One listable kind: its name in messages and the path that lists it in all namespaces."""
 
     kind: str
     plural: str
-    list_call: Callable[[client.ApiClient], Callable[..., Any]]
+    path: str
     namespaced: bool = True
 
 
-SERVICES = Resource(
-    "Service", "Services", lambda api: client.CoreV1Api(api).list_service_for_all_namespaces
-)
+SERVICES = Resource("Service", "Services", "/api/v1/services")
 ENDPOINT_SLICES = Resource(
-    "EndpointSlice",
-    "EndpointSlices",
-    lambda api: client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+    "EndpointSlice", "EndpointSlices", "/apis/discovery.k8s.io/v1/endpointslices"
 )
-NODES = Resource("Node", "Nodes", lambda api: client.CoreV1Api(api).list_node, namespaced=False)
+NODES = Resource("Node", "Nodes", "/api/v1/nodes", namespaced=False)
 
 
 class EventType(enum.StrEnum):
@@ -93,7 +88,7 @@ class Selectors:
     def params(self) -> dict[str, str]:
         return {
             name: value
-            for name, value in (("label_selector", self.labels), ("field_selector", self.fields))
+            for name, value in (("labelSelector", self.labels), ("fieldSelector", self.fields))
             if value
         }
 
@@ -159,15 +154,16 @@ def _pages(
     api: ApiConnection, resource: Resource, selectors: Selectors, page_size: int | None
 ) -> Iterator[Page]:
     token = ""
-    call = resource.list_call(api.client)
     while True:
-        params: dict[str, Any] = selectors.params()
+        query = selectors.params()
         if page_size:
-            params["limit"] = page_size
+            query["limit"] = str(page_size)
         if token:
-            params["_continue"] = token
+            query["continue"] = token
         try:
-            body = request_json(api, f"listing {resource.plural}", call, **params)
+            body = request_json(
+                api, f"listing {resource.plural}", Request("GET", resource.path, query)
+            )
         except ApiError as error:
             if token and error.status == _GONE:
                 raise _ContinueExpired from error
@@ -260,17 +256,19 @@ def watch(
     MAX_EVENT_BYTES) comes as a MalformedEvent, and the stream goes on.
     A stream silent for longer than the timeout plus the read timeout is taken as dead.
     """
+    query = {
+        "watch": "true",
+        "allowWatchBookmarks": "true",
+        "resourceVersion": resource_version,
+        "timeoutSeconds": str(timeout_seconds),
+        **selectors.params(),
+    }
     stream = open_stream(
         api,
         f"watching {resource.plural}",
-        resource.list_call(api.client),
+        Request("GET", resource.path, query),
         read_timeout=timeout_seconds + api.timeouts.read,
         max_line=MAX_EVENT_BYTES,
-        watch=True,
-        allow_watch_bookmarks=True,
-        resource_version=resource_version,
-        timeout_seconds=timeout_seconds,
-        **selectors.params(),
     )
     return stream, (decode_watch_line(line, resource) for line in stream)
 

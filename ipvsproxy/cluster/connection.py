@@ -5,6 +5,11 @@ URL overrides the kubeconfig's server); with neither, the in-cluster service acc
 default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``) so the command also works from a
 workstation. Every failure, from a missing file to a refused connection or a 401, becomes an
 ApiError whose message is one line.
+
+The kubernetes client reads the credentials and makes the connection pool; the requests, a
+handful of paths, are made here, with their raw JSON answers: the generated API classes would
+cost a running daemon more memory than its whole cluster at 1,000 services (see
+``kubernetes_client.py``).
 """
 
 from __future__ import annotations
@@ -13,22 +18,31 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlencode
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
+from ipvsproxy import __version__
+from ipvsproxy.cluster.kubernetes_client import (
+    ConfigException,
+    Configuration,
+    RESTClientObject,
+    load_incluster_config,
+    load_kube_config,
+)
 from ipvsproxy.gcpause import decode_json
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 # 429 and the 5xx a restarting or overloaded API server sends; client-go retries these.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+JSON = "application/json"
+USER_AGENT = f"ipvsproxy/{__version__}"
 _OPENSSL_NOISE = re.compile(r"\[SSL: [A-Z0-9_]+\]|\(_ssl\.c:\d+\)")
 
 
@@ -69,20 +83,77 @@ class RetryPolicy:
         return min(self.first_delay * float(2**attempt), self.max_delay)
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request: ``path`` under the server's URL, its query, and a body sent as JSON."""
+
+    method: str
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    body: object = None
+    content_type: str = JSON
+
+
 @dataclass(slots=True)
 class ApiConnection:
-    """An ApiClient with the server it talks to and how patient to be with it."""
+    """The server and its credentials (a client Configuration), a pool of connections to it
+    made as the client makes them, and how patient to be with it."""
 
-    client: client.ApiClient
+    configuration: Configuration
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pool: urllib3.PoolManager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pool = RESTClientObject(self.configuration).pool_manager
 
     @property
     def host(self) -> str:
-        return str(self.client.configuration.host)
+        return str(self.configuration.host)
+
+    def send(self, action: str, request: Request, read_timeout: float) -> Any:
+        """The answer to ``request`` (a urllib3 response, its body unread); any failure is
+        an ApiError whose message begins with ``action`` or says the server was not reached.
+        """
+        url = self.host + request.path
+        if request.query:
+            url += "?" + urlencode(request.query)
+        with _one_line_errors(self, action):
+            response = self.pool.request(
+                request.method,
+                url,
+                body=None if request.body is None else json.dumps(request.body),
+                headers=self._headers(request),
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=self.timeouts.connect, read=read_timeout),
+            )
+            if 200 <= response.status < 300:
+                return response
+            try:
+                body = response.data
+            finally:
+                response.release_conn()
+        raise ApiError(
+            f"{action} from the API server at {self.host}: "
+            + _status_message(response.status, response.reason, body),
+            response.status,
+            response.headers.get("Retry-After"),
+        )
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
+        if request.body is not None:
+            headers["Content-Type"] = request.content_type
+        # The bearer token, after the kubeconfig's refresh hook: releases keep it under
+        # different keys, and each one's auth_settings() says which header carries it.
+        settings = cast("Mapping[str, Mapping[str, Any]]", self.configuration.auth_settings())
+        for setting in settings.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        return headers
 
     def close(self) -> None:
-        self.client.close()  # type: ignore[no-untyped-call]
+        self.pool.clear()
 
     def __enter__(self) -> ApiConnection:
         return self
@@ -101,27 +172,23 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def _load_kubeconfig(path: str, configuration: client.Configuration) -> None:
+def _load_kubeconfig(path: str, configuration: Configuration) -> None:
     for part in path.split(os.pathsep):
         if part and not Path(part).expanduser().exists():
             raise ApiError(f"kubeconfig {part}: no such file")
     try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, client_configuration=configuration, persist_config=False
-        )
+        load_kube_config(path, configuration)
     # The loader raises whatever its YAML, base64, exec-plugin and file code raise.
     except Exception as error:
         reason = _first_line(str(error)) or type(error).__name__
         raise ApiError(f"kubeconfig {path}: {reason}") from error
 
 
-def _load_default(configuration: client.Configuration) -> None:
+def _load_default(configuration: Configuration) -> None:
     try:
-        config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
+        load_incluster_config(configuration)
         return
-    except config.ConfigException as in_cluster_error:
+    except ConfigException as in_cluster_error:
         reason = _first_line(str(in_cluster_error))
     path = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
     if not any(Path(p).expanduser().exists() for p in path.split(os.pathsep) if p):
@@ -132,7 +199,7 @@ def _load_default(configuration: client.Configuration) -> None:
     _load_kubeconfig(path, configuration)
 
 
-def _override_server(configuration: client.Configuration, master: str) -> None:
+def _override_server(configuration: Configuration, master: str) -> None:
     configuration.host = master
     refresh = configuration.refresh_api_key_hook
     if refresh is None:
@@ -140,7 +207,7 @@ def _override_server(configuration: client.Configuration, master: str) -> None:
 
     # The kubeconfig loader's token-refresh hook runs before every request and rewrites the
     # host, and the hook itself, from the kubeconfig; put both back each time.
-    def refresh_keeping_master(refreshed: client.Configuration) -> None:
+    def refresh_keeping_master(refreshed: Configuration) -> None:
         refresh(refreshed)
         refreshed.host = master
         refreshed.refresh_api_key_hook = refresh_keeping_master
@@ -156,7 +223,7 @@ def connect(
     retry: RetryPolicy | None = None,
 ) -> ApiConnection:
     """An ApiConnection built as kube-proxy builds its client; nothing is sent yet."""
-    configuration = client.Configuration()
+    configuration = Configuration()
     if master is not None and "://" not in master:
         raise ApiError(f"--master {master!r} is not a URL (expected https://HOST:PORT)")
     if kubeconfig is not None:
@@ -169,7 +236,7 @@ def connect(
     # an unreachable server behind several connect timeouts.
     configuration.retries = False
     return ApiConnection(
-        client.ApiClient(configuration),
+        configuration,
         timeouts=timeouts or Timeouts(),
         retry=retry or RetryPolicy(),
     )
@@ -196,55 +263,39 @@ def _unreachable_reason(error: BaseException) -> str:
     return _first_line(str(error)) or type(error).__name__
 
 
-def _status_message(error: ApiException) -> str:
+def _status_message(status: int, reason: str | None, body: bytes) -> str:
     """``401 Unauthorized: <the Status message>`` from the API's Status JSON, if it sent one."""
-    status = f"{error.status} {error.reason or ''}".strip()
+    line = f"{status} {reason or ''}".strip()
     try:
-        body = json.loads(error.body or "")
+        status_body = json.loads(body)
     except ValueError:
-        body = None
-    message = body.get("message") if isinstance(body, dict) else None
-    if isinstance(message, str) and message and message != error.reason:
-        return f"{status}: {_first_line(message)}"
-    return status
+        status_body = None
+    message = status_body.get("message") if isinstance(status_body, dict) else None
+    if isinstance(message, str) and message and message != reason:
+        return f"{line}: {_first_line(message)}"
+    return line
 
 
-def _tls_reason(reason: str) -> str:
-    """The REST layer reports a TLS failure as status 0 and "SSLError" over OpenSSL's text,
-    "[SSL: CODE] what (_ssl.c:N)": the line keeps what happened."""
-    lines = [line for line in reason.splitlines() if line]
-    if lines[:1] != ["SSLError"]:
-        return ": ".join(lines)
-    return "TLS " + _OPENSSL_NOISE.sub("", " ".join(lines[1:])).strip()
-
-
-def _http_error(api: ApiConnection, action: str, error: ApiException) -> ApiError:
-    if not error.status:
-        reason = _tls_reason(str(error.reason or ""))
-        return ApiError(f"cannot reach the API server at {api.host}: {reason}")
-    retry_after = error.headers.get("Retry-After") if error.headers else None
-    return ApiError(
-        f"{action} from the API server at {api.host}: {_status_message(error)}",
-        error.status,
-        retry_after,
-    )
+def _tls_reason(error: urllib3.exceptions.SSLError) -> str:
+    """OpenSSL's text, "[SSL: CODE] what (_ssl.c:N)", as a line that keeps what happened."""
+    return "TLS " + _OPENSSL_NOISE.sub("", _first_line(str(error))).strip()
 
 
 @contextmanager
 def _one_line_errors(api: ApiConnection, action: str) -> Iterator[None]:
     try:
         yield
-    except ApiException as error:
-        raise _http_error(api, action, error) from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
-        reason = _unreachable_reason(error)
+        reason = (
+            _tls_reason(error)
+            if isinstance(error, urllib3.exceptions.SSLError)
+            else _unreachable_reason(error)
+        )
         raise ApiError(f"cannot reach the API server at {api.host}: {reason}") from error
 
 
-def request_json(
-    api: ApiConnection, action: str, call: Callable[..., Any], /, **params: Any
-) -> Any:
-    """Call a generated client method for its raw JSON body (no generated model objects).
+def request_json(api: ApiConnection, action: str, request: Request) -> Any:
+    """The decoded JSON that ``request`` is answered with.
 
     ``action`` reads as a phrase ("listing Services") in the error message. 429 and 5xx
     answers are retried as ``api.retry`` allows; anything else fails at once.
@@ -252,12 +303,8 @@ def request_json(
     attempt = 0
     while True:
         try:
+            response = api.send(action, request, api.timeouts.read)
             with _one_line_errors(api, action):
-                response = call(
-                    **params,
-                    _preload_content=False,
-                    _request_timeout=(api.timeouts.connect, api.timeouts.read),
-                )
                 try:
                     data = response.data
                 finally:
@@ -348,20 +395,7 @@ class LineStream:
 
 
 def open_stream(
-    api: ApiConnection,
-    action: str,
-    call: Callable[..., Any],
-    /,
-    *,
-    read_timeout: float,
-    max_line: int,
-    **params: Any,
+    api: ApiConnection, action: str, request: Request, *, read_timeout: float, max_line: int
 ) -> LineStream:
     """Open a streaming request; no retries: the caller's loop decides how to back off."""
-    with _one_line_errors(api, action):
-        response = call(
-            **params,
-            _preload_content=False,
-            _request_timeout=(api.timeouts.connect, read_timeout),
-        )
-    return LineStream(api, action, response, max_line)
+    return LineStream(api, action, api.send(action, request, read_timeout), max_line)

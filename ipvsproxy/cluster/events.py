@@ -23,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
+from urllib.parse import quote
 
-from kubernetes import client
-
-from ipvsproxy.cluster.connection import ApiConnection, request_json
+from ipvsproxy.cluster.connection import ApiConnection, Request, request_json
 
 JsonObject = dict[str, Any]
 NORMAL = "Normal"
@@ -229,24 +228,16 @@ class ApiEventSink:
 
     def __init__(self, api: ApiConnection) -> None:
         self._api = api
-        self._core = client.CoreV1Api(api.client)
 
     def create(self, namespace: str, body: JsonObject) -> None:
-        request_json(
-            self._api,
-            "creating an Event",
-            self._core.create_namespaced_event,
-            namespace=namespace,
-            body=body,
-        )
+        request = Request("POST", _events_path(namespace), body=body)
+        request_json(self._api, "creating an Event", request)
 
     def patch(self, namespace: str, name: str, patch: JsonObject) -> None:
-        request_json(
-            self._api,
-            "patching an Event",
-            self._core.patch_namespaced_event,
-            name=name,
-            namespace=namespace,
-            body=patch,
-            _content_type=STRATEGIC_MERGE_PATCH,
-        )
+        path = f"{_events_path(namespace)}/{quote(name, safe='')}"
+        request = Request("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
+        request_json(self._api, "patching an Event", request)
+
+
+def _events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/events"

@@ -9,29 +9,6 @@ any of them is imported: they load alone. The first name asked of the package it
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from ipvsproxy.lean_import import register_bare
 
-
-def _register_bare(package: str) -> None:
-    if package in sys.modules:
-        return
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.loader is None:
-        return
-    loader = spec.loader
-    module = importlib.util.module_from_spec(spec)
-
-    def complete(name: str) -> object:
-        if importlib.util.find_spec(f"{package}.{name}") is not None:
-            # A submodule (``from pyroute2 import config``): the import system loads it alone.
-            raise AttributeError(name)
-        del module.__dict__["__getattr__"]
-        loader.exec_module(module)
-        return getattr(module, name)
-
-    module.__dict__["__getattr__"] = complete
-    sys.modules[package] = module
-
-
-_register_bare("pyroute2")
+register_bare("pyroute2")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import importlib
 import json
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -60,6 +63,25 @@ def test_neither_flag_falls_back_to_the_default_kubeconfig(
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    assert services_read(kube) == 1
+
+
+def test_in_a_cluster_the_service_account_reaches_the_server(
+    kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's service account: the address from the environment, the token and CA from files
+    (the client's loader reads them at /var/run/secrets/..., here this test's files)."""
+    config = json.loads(kube.kubeconfig.read_text())
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text(config["users"][0]["user"]["token"])
+    ca.write_bytes(base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]))
+    server = urllib.parse.urlsplit(kube.control_plane.server)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(server.hostname))
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+    # The loader as the proxy loads it (alone, see kubernetes_client.py).
+    incluster_config = importlib.import_module("kubernetes.config.incluster_config")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
     assert services_read(kube) == 1
 
 

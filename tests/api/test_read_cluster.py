@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from ipvsproxy.cluster import connection
 from ipvsproxy.cluster.api import (
     SERVICES,
-    Resource,
     Selectors,
     list_all,
     list_pages,
@@ -90,31 +90,29 @@ def names(keys: Any, namespace: str) -> list[str]:
     return sorted(key.name for key in keys if key.namespace == namespace)
 
 
-def observed(resource: Resource, on_call: Callable[[dict[str, Any]], None]) -> Resource:
-    """``resource`` whose list calls are shown to ``on_call`` (their parameters) first."""
+def observed(api: ApiConnection, on_request: Callable[[Mapping[str, str]], None]) -> ApiConnection:
+    """A connection to ``api``'s server that shows each request's query to ``on_request``
+    before it sends it."""
 
-    def list_call(client: Any) -> Callable[..., Any]:
-        call = resource.list_call(client)
+    class Observed(ApiConnection):
+        def send(self, action: str, request: connection.Request, read_timeout: float) -> Any:
+            on_request(request.query)
+            return super().send(action, request, read_timeout)
 
-        def calling(**params: Any) -> Any:
-            on_call(params)
-            return call(**params)
-
-        return calling
-
-    return dataclasses.replace(resource, list_call=list_call)
+    return Observed(api.configuration, api.timeouts, api.retry)
 
 
-def before_each_continue(resource: Resource, action: Callable[[], None]) -> Resource:
-    """``resource`` whose list calls run ``action`` before asking for a next page (once)."""
+def before_each_continue(api: ApiConnection, action: Callable[[], None]) -> ApiConnection:
+    """A connection to ``api``'s server that runs ``action`` before it asks for a next page
+    (once)."""
     done: list[bool] = []
 
-    def maybe_act(params: dict[str, Any]) -> None:
-        if params.get("_continue") and not done:
+    def maybe_act(query: Mapping[str, str]) -> None:
+        if query.get("continue") and not done:
             done.append(True)
             action()
 
-    return observed(resource, maybe_act)
+    return observed(api, maybe_act)
 
 
 def test_the_api_yields_what_the_file_source_yields_for_the_same_objects(
@@ -191,8 +189,8 @@ def test_an_expired_continue_token_restarts_the_list_whole(
         kube.add(service("svc-new"))
         compacted.append(control_plane.compact())
 
-    resource = before_each_continue(SERVICES, cluster_moves_on_and_forgets)
-    pages = list(list_pages(real_api, resource, Selectors(), page_size=2))
+    api = before_each_continue(real_api, cluster_moves_on_and_forgets)
+    pages = list(list_pages(api, SERVICES, Selectors(), page_size=2))
 
     # The first page was read before the compaction; the next one could not be, and the
     # list was fetched again whole: only what came after is the list.
@@ -274,9 +272,9 @@ def test_unauthorized_is_one_line_and_not_retried(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     kubeconfig = control_plane.write_kubeconfig(tmp_path / "kubeconfig", token="wrong")
-    calls: list[dict[str, Any]] = []
+    calls: list[Mapping[str, str]] = []
     with connect(kubeconfig) as api, pytest.raises(ApiError) as caught:
-        list_all(api, observed(SERVICES, calls.append), Selectors())
+        list_all(observed(api, calls.append), SERVICES, Selectors())
 
     assert str(caught.value) == (
         f"listing Services from the API server at {control_plane.server}: 401 Unauthorized"

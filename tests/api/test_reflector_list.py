@@ -34,20 +34,20 @@ def test_each_page_is_parsed_before_the_next_is_fetched(
     for index in range(5):
         kube.add(service(f"svc-{index}"))
     parsed: list[str] = []
-    calls: list[tuple[dict[str, Any], int]] = []
+    calls: list[tuple[Mapping[str, str], int]] = []
 
     def recording_parse(obj: Mapping[str, Any]) -> tuple[Service | None, list[Rejection]]:
         parsed.append(obj["metadata"]["name"])
         return parse_service(obj)
 
-    resource = observed(SERVICES, lambda params: calls.append((params, len(parsed))))
-    reflector = Reflector(real_api, resource, recording_parse, selectors=Selectors(), page_size=2)
+    api = observed(real_api, lambda query: calls.append((query, len(parsed))))
+    reflector = Reflector(api, SERVICES, recording_parse, selectors=Selectors(), page_size=2)
     reflector.relist()
 
     # Five Services and the kubernetes one: three pages, each parsed before the next.
     assert [parsed_before for _, parsed_before in calls] == [0, 2, 4]
-    assert [params.get("limit") for params, _ in calls] == [2, 2, 2]
-    assert [bool(params.get("_continue")) for params, _ in calls] == [False, True, True]
+    assert [query.get("limit") for query, _ in calls] == ["2", "2", "2"]
+    assert [bool(query.get("continue")) for query, _ in calls] == [False, True, True]
     assert sorted(key.name for key in mine(reflector, kube.namespace)) == [
         f"svc-{i}" for i in range(5)
     ]
@@ -67,8 +67,8 @@ def test_a_continue_token_expiring_mid_list_leaves_only_the_restarted_list(
         kube.add(service("svc-new"))
         control_plane.compact()
 
-    reflector = ClusterInformer(real_api, "node-a", page_size=2).services
-    reflector.resource = before_each_continue(reflector.resource, cluster_moves_on_and_forgets)
+    api = before_each_continue(real_api, cluster_moves_on_and_forgets)
+    reflector = ClusterInformer(api, "node-a", page_size=2).services
     reflector.relist()
 
     names = sorted(key.name for key in mine(reflector, kube.namespace))

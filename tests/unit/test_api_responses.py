@@ -4,12 +4,10 @@ HTTP chunks, the events read from them, and list pages."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubernetes import client
 
 from ipvsproxy.cluster.api import (
     MAX_EVENT_BYTES,
@@ -22,9 +20,11 @@ from ipvsproxy.cluster.connection import (
     ApiConnection,
     ApiError,
     OversizedLine,
+    Request,
     request_json,
     split_lines,
 )
+from ipvsproxy.cluster.kubernetes_client import Configuration
 
 
 def cut(data: bytes, sizes: list[int]) -> list[bytes]:
@@ -108,7 +108,7 @@ def test_a_good_event_keeps_its_version() -> None:
 
 
 class DeepListPage:
-    """A response as the generated client returns it unread: a page nested 5,000 deep."""
+    """A response as the connection pool returns it unread: a page nested 5,000 deep."""
 
     data = b'{"items": ' + b"[" * 5000 + b"]" * 5000 + b"}"
 
@@ -116,12 +116,14 @@ class DeepListPage:
         pass
 
 
-def test_a_list_page_nested_too_deep_is_a_one_line_api_error() -> None:
-    def list_services(**_: Any) -> DeepListPage:
+class AnsweringDeepPages(ApiConnection):
+    def send(self, action: str, request: Request, read_timeout: float) -> DeepListPage:
         return DeepListPage()
 
-    with ApiConnection(client.ApiClient()) as api, pytest.raises(ApiError) as raised:
-        request_json(api, "listing Services", list_services)
+
+def test_a_list_page_nested_too_deep_is_a_one_line_api_error() -> None:
+    with AnsweringDeepPages(Configuration()) as api, pytest.raises(ApiError) as raised:
+        request_json(api, "listing Services", Request("GET", "/api/v1/services"))
     assert str(raised.value) == (
         f"listing Services: the API server at {api.host} sent JSON nested too deep to decode"
     )

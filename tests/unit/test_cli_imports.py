@@ -6,8 +6,10 @@ libraries (the kubernetes client, prometheus_client) are for ``run`` and an API 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 DAEMON_LIBRARIES = ("kubernetes", "prometheus_client", "urllib3")
 
@@ -63,3 +65,53 @@ def test_the_kernel_layer_loads_pyroute2_s_submodules_it_uses_and_not_the_rest()
     # The package's own names still come, whole, at their first use.
     later, _ = _pyroute2_modules("pyroute2", "pass")
     assert later == whole
+
+
+# The kubernetes client's package __init__ imports all of it (the API classes with their models,
+# the dynamic client, watch, stream, ...); the daemon needs its configuration, loaders and pool.
+KUBERNETES_MODULES = """
+import importlib, json, sys
+importlib.import_module("ipvsproxy.daemon.main")
+from ipvsproxy.cluster.connection import connect
+connect(kubeconfig=sys.argv[1]).close()
+lean = sorted(name for name in sys.modules if name.split(".")[0] == "kubernetes")
+from kubernetes import client
+api = client.CoreV1Api
+whole = sum(name.split(".")[0] == "kubernetes" for name in sys.modules)
+print(json.dumps({"lean": lean, "whole": whole, "api": api.__name__}))
+"""
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: a-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def test_the_daemon_loads_the_kubernetes_client_s_modules_it_uses_and_not_the_rest(
+    tmp_path: Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    done = subprocess.run(
+        [sys.executable, "-c", KUBERNETES_MODULES, str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = json.loads(done.stdout)
+    lean = loaded["lean"]
+    # Neither an API class nor a model: each API class imports tens of models.
+    assert not [
+        name
+        for name in lean
+        if name.startswith(("kubernetes.client.api.", "kubernetes.client.models."))
+    ]
+    assert {"kubernetes.client.configuration", "kubernetes.config.kube_config"} <= set(lean)
+    assert len(lean) <= 25
+    # The package's own names still come, whole, at their first use.
+    assert loaded["api"] == "CoreV1Api"
+    assert loaded["whole"] > 4 * len(lean)
