@@ -37,6 +37,9 @@ class Changes:
         return bool(self.services) or self.node
 
 
+NO_CHANGES = Changes(frozenset(), 0, frozenset(), node=False)
+
+
 def combined(first: Changes, then: Changes) -> Changes:
     """The changes of two readings, one after the other, as one."""
     return Changes(

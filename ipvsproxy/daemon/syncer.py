@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, Changes, combined, diff
+from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, NO_CHANGES, Changes, combined, diff
 from ipvsproxy.daemon.progress import ProgressLog
 from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.kernel.protocols import Kernel
@@ -159,11 +159,20 @@ class Syncer:
         started: float,
     ) -> SyncReport:
         """The kernel read whole and every difference repaired. With ``interleave`` (a
-        periodic full sync of a kernel believed to hold the last sync's state), the syncs due
-        meanwhile are made between the reads of two virtual servers, and the plan is of the
-        newest translation against the kernel as they left it: a change does not wait for
-        the whole table to be read."""
+        periodic full sync of a kernel believed to hold the last sync's state), the changes
+        it was given are written first, as an incremental sync; then the syncs due meanwhile
+        are made between the reads of two virtual servers, and the plan is of the newest
+        translation against the kernel as they left it: a change does not wait for the
+        whole table to be read."""
         self._last_full = self._clock()
+        if interleave is not None and changes.services:
+            # Written first, as any change: a sync made inside builds on what the kernel
+            # holds, and the translation must not be ahead of it.
+            made = self._incremental_sync(snapshot, rejections, changes, started)
+            interleave.done(made)
+            started, changes = time.perf_counter(), NO_CHANGES
+            if made.result.needs_full:
+                interleave = None
         translated = self._full_translation(snapshot, changes, trusted=trusted)
         self._snapshot = snapshot
         between = _Between(self, interleave, rejections, changes) if interleave else None

@@ -30,9 +30,17 @@ def test_changes_made_inside_a_full_sync_of_the_real_kernel_stay_and_nothing_is_
     assert syncer.sync(snapshot(objects), []).result.ok
     clock.now = 30.0
     gone = ("svc-5", "svc-5-abcde")
-    first = replaced(objects, endpoint_slice(7, endpoints=3, first=1))
-    kept = [o for o in objects if o["metadata"]["name"] not in gone]
-    then = replaced(kept, endpoint_slice(7, endpoints=3, first=1), service(40), endpoint_slice(40))
+    # The full sync's own change: a Service whose endpoints come while it reads.
+    own = [*objects, service(41)]
+    first = replaced(own, endpoint_slice(7, endpoints=3, first=1), endpoint_slice(41))
+    kept = [o for o in own if o["metadata"]["name"] not in gone]
+    then = replaced(
+        kept,
+        endpoint_slice(7, endpoints=3, first=1),
+        endpoint_slice(41),
+        service(40),
+        endpoint_slice(40),
+    )
     readings = {2: first, 12: then}
     calls: list[int] = []
     made: list[SyncReport] = []
@@ -42,17 +50,19 @@ def test_changes_made_inside_a_full_sync_of_the_real_kernel_stay_and_nothing_is_
         objects_now = readings.get(len(calls) - 1)
         return None if objects_now is None else Reading(snapshot(objects_now), [])
 
-    full = syncer.sync(snapshot(objects), [], interleave=Interleave(due, made.append))
+    full = syncer.sync(snapshot(own), [], interleave=Interleave(due, made.append))
 
-    # Twelve virtual servers: due is asked before each read and once after the last.
-    assert len(calls) == 13
-    assert [(r.mode, r.result.ok) for r in made] == [(SyncMode.INCREMENTAL, True)] * 2
-    assert made[0].result.writes > 0 and made[1].result.writes > 0
+    # Thirteen virtual servers: due is asked before each read and once after the last.
+    assert len(calls) == 14
+    # The full sync's own change first, then the two made while it read.
+    assert [(r.mode, r.result.ok) for r in made] == [(SyncMode.INCREMENTAL, True)] * 3
+    assert all(r.result.writes > 0 for r in made)
     assert full.mode is SyncMode.FULL and full.result.ok
     assert full.result.writes == 0 and not full.result.drift
     table = kernel.ipvs.dump()
     assert vip(5) not in table and vip(40) in table
     assert len(table[vip(7)].real_servers) == 3
+    assert len(table[vip(41)].real_servers) == 2
     # As a fresh full sync of the newest cluster would leave it: it finds nothing to do.
     clock.now = 60.0
     again = syncer.sync(snapshot(then), [])

@@ -200,38 +200,41 @@ def test_a_node_change_due_during_the_read_waits_for_the_full_sync_that_makes_it
     assert len(fake.recording.fake.dump()[vip(1)].real_servers) == 3
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    st.dictionaries(
-        st.integers(0, 8),
-        st.tuples(st.integers(0, 5), st.integers(0, 3), st.booleans()),
-        max_size=4,
-    )
-)
+Change = tuple[int, int, bool]
+CHANGE = st.tuples(st.integers(0, 7), st.integers(0, 3), st.booleans())
+
+
+def changed(objects: Objects, change: Change, first: int) -> Objects:
+    """``objects`` with service ``index`` deleted, or made anew with ``endpoints``."""
+    index, endpoints, deleted = change
+    names = (f"svc-{index}", f"svc-{index}-abcde")
+    kept = [o for o in objects if o["metadata"]["name"] not in names]
+    return kept if deleted else [*kept, service(index), endpoint_slice(index, endpoints, first)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.none() | CHANGE, st.dictionaries(st.integers(0, 8), CHANGE, max_size=4))
 def test_whatever_comes_due_where_the_kernel_ends_as_a_fresh_proxy_would_program_it(
-    changes: dict[int, tuple[int, int, bool]],
+    own: Change | None, inside: dict[int, Change]
 ) -> None:
-    """Six virtual servers: ``due`` is called seven times, so a change at call 7 or 8 is
-    never taken, and waits for the next sync."""
+    """Six or seven virtual servers: a change at call 8 is never taken, and waits for the
+    next sync. ``own``: the full sync's own change."""
     _, fake, syncer, objects = started(6)
+    current = objects if own is None else changed(objects, own, first=40)
+    given_to_full = current
     steps: dict[int, Objects] = {}
-    current = objects
-    for call, (index, endpoints, deleted) in sorted(changes.items()):
-        names = (f"svc-{index}", f"svc-{index}-abcde")
-        current = [o for o in current if o["metadata"]["name"] not in names]
-        if not deleted:
-            current += [service(index), endpoint_slice(index, endpoints, first=call)]
-        steps[call] = current
+    for call, change in sorted(inside.items()):
+        current = steps[call] = changed(current, change, first=call)
     due = Due(fake, steps)
 
-    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+    full = syncer.sync(snapshot(given_to_full), [], interleave=due.interleave())
 
-    assert due.calls == 7
+    # Asked before each virtual server is read, and once after the last.
+    assert due.calls == len(settled(fake, given_to_full)) + 1
     taken = [steps[call] for call in sorted(steps) if call < due.calls]
-    assert len(due.reports) == len(taken)
-    assert full.result.ok and all(r.result.ok for r in due.reports)
-    assert full.result.writes == 0
-    assert fake.recording.fake.dump() == settled(fake, taken[-1] if taken else objects)
+    assert all(r.result.ok for r in due.reports), [r.result.failures for r in due.reports]
+    assert full.result.ok and full.result.writes == 0 and not full.result.drift
+    assert fake.recording.fake.dump() == settled(fake, taken[-1] if taken else given_to_full)
 
 
 class ListingIPVS(RecordingIPVS):
@@ -325,3 +328,21 @@ def test_a_change_whose_reading_fails_inside_the_full_sync_is_made_after_it() ->
         "ipvsproxy_syncs_total", {"mode": "unknown", "result": "error"}
     )
     assert errors == 1
+
+
+def test_a_change_inside_builds_on_the_full_syncs_own_changes_as_the_kernel_has_them() -> None:
+    """The full sync's own changes (a Service with no endpoints yet) are in the kernel before
+    a change made inside it builds on them (its endpoints): the one inside plans against
+    what the kernel holds, not against a translation not yet written."""
+    _, fake, syncer, objects = started(6)
+    own = [*objects, service(40)]
+    inside = [*own, endpoint_slice(40, endpoints=3)]
+    due = Due(fake, {2: inside})
+
+    full = syncer.sync(snapshot(own), [], interleave=due.interleave())
+
+    assert [r.mode for r in due.reports] == [SyncMode.INCREMENTAL] * 2
+    assert all(r.result.ok for r in due.reports), [r.result.failures for r in due.reports]
+    assert full.result.ok and full.result.writes == 0 and not full.result.drift
+    assert len(fake.recording.fake.dump()[vip(40)].real_servers) == 3
+    assert fake.recording.fake.dump() == settled(fake, inside)
