@@ -41,12 +41,15 @@ NODE = "node-a"
 # The test's Services and EndpointSlices, taken out of the shared API server afterwards.
 NAMESPACE = "takeover"
 CONFLICT = 409
-# Two pods behind each loaded cluster IP, and none shared between them: IPVS rewrites only the
-# destination, so one client reaching two cluster IPs from one source port (the kernel hands
-# out a port again for another destination) would otherwise make two flows with one address
-# pair at a shared pod, and the second SYN or datagram meets the first flow (a stall, not the
-# proxy's doing). The NodePort, external IP and affinity clients' flows are masqueraded or
-# come from pods of their own, so they use them all.
+# Two pods behind each loaded cluster IP, and none shared between them. IPVS matches a reply
+# by the client's address and port and the real server's, never the virtual address (and the
+# source NAT of a masqueraded flow is undone before it looks), while the kernel hands a client
+# the same source port again for another destination. One client reaching two virtual
+# addresses that share a pod from one port makes two IPVS connections that answer to the same
+# reply: the newer one, a closed short request's kept for its CLOSE timeout and refreshed by
+# every packet, takes the long-lived flow's replies (a stall no proxy causes or can prevent).
+# So each client reaches pods that no other virtual address it uses can: the NodePort and the
+# external IP have an outside client each, the affinity client a pod of its own.
 BACKENDS = {
     "load-0": ("backend-0a", "backend-0b"),
     "load-1": ("backend-1a", "backend-1b"),
@@ -55,7 +58,11 @@ BACKENDS = {
 ALL_BACKENDS = tuple(name for names in BACKENDS.values() for name in names)
 NODE_PORT = 30080
 EXTERNAL_IP = "10.250.100.10"
-OUTSIDE_CLIENT = ipaddress.IPv4Address("10.250.0.2")
+# Outside the pod network: one client for the NodePort, one for the external IP.
+OUTSIDE_CLIENTS = {
+    "outside-node-port": ipaddress.IPv4Address("10.250.0.2"),
+    "outside-external": ipaddress.IPv4Address("10.250.0.3"),
+}
 # The Services that carry the load, before the ones that fill the table.
 LOADED = ("load-0", "load-1", "load-2", "load-node-port", "load-external", "load-affinity")
 # How long the load runs on each side of a switch once it is done, and before the first.
@@ -234,7 +241,7 @@ def cluster(plane: ControlPlane, objects: list[JsonObject]) -> Iterator[list[Jso
 @contextmanager
 def pods(node: Node) -> Iterator[dict[str, Pod]]:
     made = {name: node.add_pod(name) for name in (*ALL_BACKENDS, "client", "sticky")}
-    made["outside"] = node.add_pod("outside", OUTSIDE_CLIENT)
+    made.update((name, node.add_pod(name, ipv4)) for name, ipv4 in OUTSIDE_CLIENTS.items())
     try:
         yield made
     finally:
@@ -320,10 +327,10 @@ def run_takeover(
 
 
 def _load(made: dict[str, Pod], ips: dict[str, str], node: Node, rate: float) -> Load:
-    client, outside = made["client"].namespace, made["outside"].namespace
+    client = made["client"].namespace
     cluster_ips = [Target(name, client, ips[name], 80) for name in LOADED[:3]]
-    node_port = Target("node-port", outside, str(node.ipv4), NODE_PORT)
-    external = Target("external-ip", outside, EXTERNAL_IP, 80)
+    node_port = Target("node-port", made["outside-node-port"].namespace, str(node.ipv4), NODE_PORT)
+    external = Target("external-ip", made["outside-external"].namespace, EXTERNAL_IP, 80)
     long_lived = [[*cluster_ips, node_port][index % 4] for index in range(LONG_LIVED)]
     return Load(
         pods={made[name].namespace: name for name in ALL_BACKENDS},
