@@ -107,6 +107,13 @@ class RecordingIPVS:
         self.reads.append(key)
         return self.fake.virtual_server(key)
 
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        self._check()
+        self.reads.append(listed.server.key)
+        return self.fake.with_real_servers(listed, traffic=traffic)
+
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         self._check()
         self.ops += ops

@@ -386,6 +386,16 @@ class NetlinkIPVS:
             raise
         return self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"))
 
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        """One GET_DEST dump; a GET_SERVICE only when it is empty, since the kernel dumps no
+        destinations, and no error, for a service it no longer has."""
+        found = self._real_servers(listed.server.key, traffic=traffic)
+        if not found and self.virtual_server(listed.server.key) is None:
+            return None
+        return VirtualServerState(listed.server, found, listed.stats)
+
     def _state(
         self, attrs: Attributes, *, real_servers: bool = True, traffic: bool = True
     ) -> VirtualServerState | None:
@@ -393,17 +403,18 @@ class NetlinkIPVS:
         server = _virtual_server(attrs)
         if server is None:
             return None
-        family = _family(server.key.address)
-        dests = (
-            self._dump(genl_ipvs.IPVS_CMD_GET_DEST, _service_request(server.key))
-            if real_servers
-            else []
-        )
+        found = self._real_servers(server.key, traffic=traffic) if real_servers else {}
+        return VirtualServerState(server, found, _traffic(attrs, "IPVS_SVC_ATTR_"))
+
+    def _real_servers(
+        self, key: VirtualServerKey, *, traffic: bool
+    ) -> dict[RealServerKey, RealServerState]:
+        family = _family(key.address)
         found = {}
-        for dest in dests:
+        for dest in self._dump(genl_ipvs.IPVS_CMD_GET_DEST, _service_request(key)):
             state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family, traffic)
             found[state.server.key] = state
-        return VirtualServerState(server, found, _traffic(attrs, "IPVS_SVC_ATTR_"))
+        return found
 
 
 class AbsentIPVS:
@@ -413,6 +424,11 @@ class AbsentIPVS:
         return {}
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        return None
+
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
         return None
 
     def timeouts(self) -> IPVSTimeouts:

@@ -77,6 +77,15 @@ class IPVSKernel(Protocol):
         without reading the rest of the table; None when the kernel has no such one."""
         ...
 
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        """``listed`` (from ``dump(real_servers=False)``) with its real servers and their
+        counters read now, as ``virtual_server`` would give them but without reading the
+        virtual server again (``traffic`` as for ``dump``); None when the kernel no longer
+        has it."""
+        ...
+
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         """Apply ops in order, batched; one result per op. A failed op never stops the rest."""
         ...

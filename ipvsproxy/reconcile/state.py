@@ -50,14 +50,15 @@ Between = Callable[[], frozenset[VirtualServerKey]]
 
 
 def read_ipvs_between(ipvs: IPVSKernel, between: Between) -> IPVSTable:
-    """The IPVS table read one virtual server at a time, ``between`` run before each read (an
-    incremental sync, say, so that it need not wait for the whole table): what it wrote is
-    read again at the end, so the table is as the kernel holds it once ``between`` stops."""
+    """The IPVS table listed, then each virtual server's real servers read in turn,
+    ``between`` run before each read (an incremental sync, say, so that it need not wait for
+    the whole table): what it wrote is read again at the end, so the table is as the kernel
+    holds it once ``between`` stops."""
     table: dict[VirtualServerKey, VirtualServerState] = {}
     written: set[VirtualServerKey] = set()
-    for key in ipvs.dump(real_servers=False):
+    for key, listed in ipvs.dump(real_servers=False).items():
         written |= between()
-        state = ipvs.virtual_server(key)
+        state = ipvs.with_real_servers(listed, traffic=False)
         if state is not None:
             table[key] = state
     written |= between()

@@ -177,6 +177,44 @@ def test_one_virtual_server_reads_back_as_the_dump_has_it_and_only_it(
 
 
 @pytest.mark.parametrize("family", [4, 6])
+def test_a_listed_virtual_server_gets_the_real_servers_it_has_when_read(
+    ipvs: IPVSKernel, family: int
+) -> None:
+    server = VirtualServer(_key(family), scheduler="wrr")
+    empty = VirtualServer(_key(family, port=443))
+    draining = _real(family, weight=0, port=9090)
+    ipvs.apply(
+        [
+            AddVirtualServer(server),
+            AddRealServer(server.key, _real(family, weight=4)),
+            AddVirtualServer(empty),
+        ]
+    )
+    listed = ipvs.dump(real_servers=False)
+    assert ipvs.apply([AddRealServer(server.key, draining)]) == [None]
+
+    for key in (server.key, empty.key):
+        for traffic in (True, False):
+            state = ipvs.with_real_servers(listed[key], traffic=traffic)
+            whole = ipvs.dump()[key]
+            assert state is not None
+            assert state.server == whole.server
+            assert {k: rs.server for k, rs in state.real_servers.items()} == {
+                k: rs.server for k, rs in whole.real_servers.items()
+            }
+    state = ipvs.with_real_servers(listed[server.key])
+    assert state is not None
+    assert set(state.real_servers) == {_real(family).key, draining.key}
+
+    assert ipvs.apply([DeleteVirtualServer(server.key), DeleteVirtualServer(empty.key)]) == [
+        None,
+        None,
+    ]
+    assert ipvs.with_real_servers(listed[server.key]) is None
+    assert ipvs.with_real_servers(listed[empty.key]) is None
+
+
+@pytest.mark.parametrize("family", [4, 6])
 def test_a_virtual_server_the_kernel_lacks_reads_as_none(ipvs: IPVSKernel, family: int) -> None:
     server = VirtualServer(_key(family))
     assert ipvs.virtual_server(server.key) is None

@@ -101,6 +101,11 @@ class RefusingIPVS:
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         return self.inner.virtual_server(key)
 
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        return self.inner.with_real_servers(listed, traffic=traffic)
+
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
         return [self.error if op in self.refuse else self.inner.apply([op])[0] for op in ops]
 

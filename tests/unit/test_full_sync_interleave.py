@@ -253,11 +253,13 @@ class ListingIPVS(RecordingIPVS):
             self.read_since_listing = 0
         return super().dump(real_servers=real_servers, traffic=traffic)
 
-    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
         self.read_since_listing += 1
         if self.listings:
             self.on_read(self.read_since_listing)
-        return super().virtual_server(key)
+        return super().with_real_servers(listed, traffic=traffic)
 
 
 class DaemonReading:

@@ -83,6 +83,16 @@ class FakeIPVS:
             entry = self._table.get(key)
             return None if entry is None else entry.state()
 
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        # No traffic passes through the fake: its statistics are always zero.
+        with self._lock:
+            entry = self._table.get(listed.server.key)
+            if entry is None:
+                return None
+            return VirtualServerState(listed.server, entry.state().real_servers, listed.stats)
+
     def set_connections(
         self, virtual: VirtualServerKey, real: RealServerKey, active: int, inactive: int = 0
     ) -> None:
