@@ -91,7 +91,8 @@ def observe(
         except KERNEL_ERRORS as error:
             unreadable.append(f"could not read {family} iptables chains: {_reason(error)}")
     return ObservedState(
-        ipvs=ipvs.dump(),
+        # Only the virtual servers are removed (their real servers with them): one dump.
+        ipvs=ipvs.dump(real_servers=False),
         dummy_addresses=addresses.addresses(DUMMY_INTERFACE),
         dummy_exists=addresses.interface_exists(DUMMY_INTERFACE),
         node_addresses=addresses.all_addresses(),
