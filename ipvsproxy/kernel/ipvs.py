@@ -376,6 +376,21 @@ class NetlinkIPVS:
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         """One GET_SERVICE for the service, one GET_DEST dump for its destinations."""
+        attrs = self._service(key)
+        return None if attrs is None else self._state(attrs)
+
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        """One GET_DEST dump; a GET_SERVICE only when it is empty, since the kernel dumps no
+        destinations, and no error, for a service it no longer has."""
+        found = self._real_servers(listed.server.key, traffic=traffic)
+        if not found and self._service(listed.server.key) is None:
+            return None
+        return VirtualServerState(listed.server, found, listed.stats)
+
+    def _service(self, key: VirtualServerKey) -> Attributes | None:
+        """The service's attributes from one GET_SERVICE; None when the kernel has no such one."""
         body = genl_body(genl_ipvs.IPVS_CMD_GET_SERVICE, _service_request(key))
         try:
             (message,) = self._socket.request(self._family_id, 0, body)
@@ -384,17 +399,7 @@ class NetlinkIPVS:
             if error.errno in (errno.ESRCH, errno.ENOENT):
                 return None
             raise
-        return self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"))
-
-    def with_real_servers(
-        self, listed: VirtualServerState, *, traffic: bool = True
-    ) -> VirtualServerState | None:
-        """One GET_DEST dump; a GET_SERVICE only when it is empty, since the kernel dumps no
-        destinations, and no error, for a service it no longer has."""
-        found = self._real_servers(listed.server.key, traffic=traffic)
-        if not found and self.virtual_server(listed.server.key) is None:
-            return None
-        return VirtualServerState(listed.server, found, listed.stats)
+        return _reply(message, "IPVS_CMD_ATTR_SERVICE")
 
     def _state(
         self, attrs: Attributes, *, real_servers: bool = True, traffic: bool = True
