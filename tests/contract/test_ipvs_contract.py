@@ -26,6 +26,7 @@ from ipvsproxy.model import (
     UpdateVirtualServer,
     VirtualServer,
     VirtualServerKey,
+    VirtualServerState,
 )
 
 VIP = {4: ipaddress.ip_address("10.96.0.10"), 6: ipaddress.ip_address("fd00:10:96::10")}
@@ -143,6 +144,18 @@ def test_a_dump_leaves_out_the_real_servers_or_their_traffic_when_asked(
     assert {s.stats for s in quiet.real_servers.values()} == {TrafficStats()}
 
 
+def _assert_read_as_dumped(
+    ipvs: IPVSKernel, key: VirtualServerKey, state: VirtualServerState | None
+) -> None:
+    """``state``, read alone, holds the virtual and real servers a whole dump has for ``key``."""
+    dumped = ipvs.dump()[key]
+    assert state is not None
+    assert state.server == dumped.server
+    assert {k: rs.server for k, rs in state.real_servers.items()} == {
+        k: rs.server for k, rs in dumped.real_servers.items()
+    }
+
+
 @pytest.mark.parametrize("family", [4, 6])
 def test_one_virtual_server_reads_back_as_the_dump_has_it_and_only_it(
     ipvs: IPVSKernel, family: int
@@ -161,13 +174,7 @@ def test_one_virtual_server_reads_back_as_the_dump_has_it_and_only_it(
     )
 
     for key in (server.key, neighbour.key):
-        state = ipvs.virtual_server(key)
-        dumped = ipvs.dump()[key]
-        assert state is not None
-        assert state.server == dumped.server
-        assert {k: rs.server for k, rs in state.real_servers.items()} == {
-            k: rs.server for k, rs in dumped.real_servers.items()
-        }
+        _assert_read_as_dumped(ipvs, key, ipvs.virtual_server(key))
     state = ipvs.virtual_server(server.key)
     assert state is not None
     assert {k: rs.server for k, rs in state.real_servers.items()} == {
@@ -195,13 +202,7 @@ def test_a_listed_virtual_server_gets_the_real_servers_it_has_when_read(
 
     for key in (server.key, empty.key):
         for traffic in (True, False):
-            state = ipvs.with_real_servers(listed[key], traffic=traffic)
-            whole = ipvs.dump()[key]
-            assert state is not None
-            assert state.server == whole.server
-            assert {k: rs.server for k, rs in state.real_servers.items()} == {
-                k: rs.server for k, rs in whole.real_servers.items()
-            }
+            _assert_read_as_dumped(ipvs, key, ipvs.with_real_servers(listed[key], traffic=traffic))
     state = ipvs.with_real_servers(listed[server.key])
     assert state is not None
     assert set(state.real_servers) == {_real(family).key, draining.key}
