@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from ipvsproxy.daemon.changes import EMPTY_SNAPSHOT, NO_CHANGES, Changes, combined, diff
 from ipvsproxy.daemon.progress import ProgressLog
@@ -29,6 +30,7 @@ from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
     DesiredState,
+    DesiredVirtualServer,
     EndpointSlice,
     ObjectKey,
     Rejection,
@@ -64,6 +66,9 @@ class Interleave:
 
     due: Callable[[], Reading | None]
     done: Callable[[SyncReport], None]
+
+
+NO_VIRTUAL_SERVERS: Mapping[VirtualServerKey, DesiredVirtualServer] = MappingProxyType({})
 
 
 class Syncer:
@@ -176,7 +181,7 @@ class Syncer:
         translated = self._full_translation(snapshot, changes, trusted=trusted)
         self._snapshot = snapshot
         between = _Between(self, interleave, rejections, changes) if interleave else None
-        actual = self._reconciler.observe(between)
+        actual = self._reconciler.observe(between, self._translated if between else None)
         if between is not None:
             snapshot, rejections, changes = self._snapshot, between.rejections, between.changes
             translated = self._incremental.desired or translated
@@ -219,6 +224,11 @@ class Syncer:
             before=before,
             started=started,
         )
+
+    def _translated(self) -> Mapping[VirtualServerKey, DesiredVirtualServer]:
+        """The kept translation's virtual servers, as the last sync left them."""
+        desired = self._incremental.desired
+        return desired.virtual_servers if desired is not None else NO_VIRTUAL_SERVERS
 
     def _between(self, reading: Reading) -> SyncReport | Changes:
         """A sync due while a full one reads the kernel: incremental, or only its changes

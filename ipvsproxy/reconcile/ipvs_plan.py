@@ -11,6 +11,7 @@ from ipvsproxy.model import (
     AddVirtualServer,
     DeleteVirtualServer,
     DesiredState,
+    DesiredVirtualServer,
     FlushConntrack,
     IPAddress,
     IPVSOp,
@@ -20,6 +21,7 @@ from ipvsproxy.model import (
     UpdateRealServer,
     UpdateVirtualServer,
     VirtualServerKey,
+    VirtualServerState,
 )
 from ipvsproxy.persistent import frozen
 from ipvsproxy.reconcile.graceful import (
@@ -30,6 +32,7 @@ from ipvsproxy.reconcile.graceful import (
 )
 
 NO_DRAINS: Mapping[RealServerRef, float] = MappingProxyType({})
+NOTHING_MATCHED: Mapping[VirtualServerKey, DesiredVirtualServer] = MappingProxyType({})
 
 
 def owned_addresses(
@@ -70,6 +73,16 @@ class IPVSPlan:
         return (*self.changes, *self.removals, *self.stale)
 
 
+def in_sync(wanted: DesiredVirtualServer, current: VirtualServerState) -> bool:
+    """Whether ``plan_ipvs`` has nothing to do for this virtual server."""
+    if current.server != wanted.server:
+        return False
+    current_reals = current.real_servers
+    if current_reals.keys() != wanted.real_servers.keys():
+        return False
+    return all(current_reals[real].server == want for real, want in wanted.real_servers.items())
+
+
 def _by_key(keys: Iterable[RealServerKey]) -> list[RealServerKey]:
     return sorted(keys, key=RealServerKey.sort_key)
 
@@ -83,6 +96,7 @@ def plan_ipvs(
     drains: Mapping[RealServerRef, float] = NO_DRAINS,
     now: float = 0.0,
     grace_period: float = DEFAULT_GRACE_PERIOD,
+    as_desired: Mapping[VirtualServerKey, DesiredVirtualServer] = NOTHING_MATCHED,
 ) -> IPVSPlan:
     """Ops that turn ``actual`` into ``desired``; virtual servers that are neither on an
     ``owned`` address nor ``claimed`` (by the kernel's own records, see ``ownership``) are
@@ -90,13 +104,26 @@ def plan_ipvs(
 
     ``drains`` maps each real server this process started draining to when it started; a
     weight-0 real server that is not desired and not in it (a restart) starts draining now.
+
+    ``as_desired``: virtual servers found ``in_sync`` with these desired values when read
+    (see ``state.read_ipvs_between``); one whose desired value is still the same object is
+    not compared again.
     """
     changes: list[IPVSOp] = []
     removals: list[IPVSOp] = []
     flushes: list[FlushConntrack] = []
     draining: list[Drain] = []
-    for key in sorted(desired.virtual_servers, key=VirtualServerKey.sort_key):
-        wanted = desired.virtual_servers[key]
+    wanted_servers = desired.virtual_servers
+    # Most of a big table is as desired: those are told apart first, and only the others
+    # sorted and planned.
+    differing_keys = [
+        key
+        for key, wanted in wanted_servers.items()
+        if (current := actual.get(key)) is None
+        or (as_desired.get(key) is not wanted and not in_sync(wanted, current))
+    ]
+    for key in sorted(differing_keys, key=VirtualServerKey.sort_key):
+        wanted = wanted_servers[key]
         current = actual.get(key)
         if current is None:
             changes.append(AddVirtualServer(wanted.server))
@@ -127,13 +154,16 @@ def plan_ipvs(
             flushes.extend(removal.flushes)
             if removal.drain is not None:
                 draining.append(removal.drain)
-    stale = [
-        key
-        for key in sorted(actual, key=VirtualServerKey.sort_key)
-        if key not in desired.virtual_servers
-        and (key.address in owned or key in claimed)
-        and not excluded(key.address, desired)
-    ]
+    stale = sorted(
+        (
+            key
+            for key in actual
+            if key not in wanted_servers
+            and (key.address in owned or key in claimed)
+            and not excluded(key.address, desired)
+        ),
+        key=VirtualServerKey.sort_key,
+    )
     # kube-proxy deletes a stale virtual server outright; its UDP/SCTP flows still need forgetting.
     flushes.extend(
         FlushConntrack(key, real)

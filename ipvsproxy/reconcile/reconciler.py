@@ -37,7 +37,7 @@ from ipvsproxy.reconcile.held import quarantinable
 from ipvsproxy.reconcile.parameters import LEAVE_CONNTRACK, ConntrackSettings
 from ipvsproxy.reconcile.quarantine import Quarantine, Transition
 from ipvsproxy.reconcile.scoped import plan_change, to_read
-from ipvsproxy.reconcile.state import Between, KernelState, observe
+from ipvsproxy.reconcile.state import Between, DesiredNow, KernelState, observe
 from ipvsproxy.reconcile.syncplan import UNSET_TIMEOUTS, SyncPlan, plan_sync
 
 
@@ -136,9 +136,11 @@ class Reconciler:
         to retry); safe to read from any thread."""
         return self._next_retry
 
-    def observe(self, between: Between | None = None) -> KernelState:
+    def observe(
+        self, between: Between | None = None, desired: DesiredNow | None = None
+    ) -> KernelState:
         """The kernel's state (see ``state.observe``)."""
-        return observe(self._kernel, self._settings.interface, between)
+        return observe(self._kernel, self._settings.interface, between, desired)
 
     def plan(self, desired: DesiredState, actual: KernelState | None = None) -> SyncPlan:
         """What a sync would do now; nothing is written."""

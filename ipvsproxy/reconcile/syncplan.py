@@ -128,6 +128,7 @@ def plan_sync(
             drains=drains,
             now=now,
             grace_period=grace_period,
+            as_desired=actual.ipvs_as_desired,
         ),
         unbind=unbind,
     )

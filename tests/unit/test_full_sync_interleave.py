@@ -25,6 +25,7 @@ from ipvsproxy.model import (
     RealServer,
     RealServerKey,
     TransportProtocol,
+    UpdateVirtualServer,
     VirtualServerKey,
     VirtualServerState,
 )
@@ -198,6 +199,31 @@ def test_a_node_change_due_during_the_read_waits_for_the_full_sync_that_makes_it
     assert full.result.ok and full.changes.node
     assert full.snapshot.node == zone_b
     assert len(fake.recording.fake.dump()[vip(1)].real_servers) == 3
+
+
+def test_what_differs_from_the_cluster_when_read_is_repaired_around_the_changes_inside() -> None:
+    """Virtual servers are compared as they are read: one changed behind our back is still
+    repaired, and one a change inside wrote is compared with the change's translation."""
+    _, fake, syncer, objects = started(6)
+    held = fake.recording.fake.dump()
+    lost = next(iter(held[vip(2)].real_servers))
+    fake.recording.fake.apply(
+        [
+            DeleteRealServer(vip(2), lost),
+            UpdateVirtualServer(replace(held[vip(4)].server, scheduler="lc")),
+        ]
+    )
+    # Taken once virtual servers 0-4 are read: 4 is written again after its read.
+    later = replaced(objects, endpoint_slice(4, endpoints=3, first=5))
+    due = Due(fake, {5: later})
+
+    full = syncer.sync(snapshot(objects), [], interleave=due.interleave())
+
+    # The change read virtual server 4 (it loses endpoints) and wrote it whole.
+    (made,) = due.reports
+    assert made.result.ok and vip(4) in made.result.written
+    assert full.result.ok and dict(full.result.drift) == {"real_server": 1}
+    assert fake.recording.fake.dump() == settled(fake, later)
 
 
 Change = tuple[int, int, bool]

@@ -3,6 +3,10 @@ from __future__ import annotations
 import ipaddress
 from types import MappingProxyType
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ipvsproxy.kernel.testing import FakeIPVS
 from ipvsproxy.model import (
     AddRealServer,
     AddressKind,
@@ -26,7 +30,8 @@ from ipvsproxy.model import (
     VirtualServerKey,
     VirtualServerState,
 )
-from ipvsproxy.reconcile.ipvs_plan import owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.ipvs_plan import in_sync, owned_addresses, plan_ipvs
+from ipvsproxy.reconcile.state import read_ipvs_between
 
 VIP = ipaddress.ip_address("10.96.0.10")
 KEY = VirtualServerKey(TransportProtocol.TCP, VIP, 53)
@@ -97,3 +102,76 @@ def test_stale_virtual_servers_go_only_on_owned_addresses_outside_excluded_cidrs
     assert ops_of(desired(POD_A, exclude="10.96.9.0/24"), actual, owned) == [
         DeleteVirtualServer(stale)
     ]
+
+
+PODS = st.lists(
+    st.builds(
+        RealServer,
+        st.sampled_from([POD_A.key, POD_B.key]),
+        weight=st.integers(0, 2),
+    ),
+    max_size=2,
+    unique_by=lambda real: real.key,
+)
+
+
+@given(PODS, PODS, st.sampled_from(["rr", "lc"]))
+def test_in_sync_is_exactly_when_nothing_is_planned(
+    wanted: list[RealServer], held: list[RealServer], scheduler: str
+) -> None:
+    state = desired(*wanted, scheduler=scheduler)
+    actual = kernel(*held)
+    planned = plan_ipvs(state, actual, owned_addresses(state, ()), now=1e9)
+    assert in_sync(state.virtual_servers[KEY], actual[KEY]) == (
+        not planned.ops and not planned.flushes
+    )
+
+
+def test_a_virtual_server_found_as_desired_when_read_is_compared_again_once_that_changes() -> None:
+    state = desired(POD_A)
+    # Changed in the kernel after the read found it as desired: trusted until the next read.
+    changed_since = kernel(POD_B)
+    owned = owned_addresses(state, ())
+    matched = {KEY: state.virtual_servers[KEY]}
+    assert not plan_ipvs(state, changed_since, owned, as_desired=matched).ops
+    # An equal desired value of a later translation is another object: compared again.
+    later = desired(POD_A)
+    assert plan_ipvs(later, changed_since, owned, as_desired=matched).ops == (
+        AddRealServer(KEY, POD_A),
+        DeleteRealServer(KEY, POD_B.key),
+    )
+
+
+def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> None:
+    keys = [VirtualServerKey(TransportProtocol.TCP, VIP, port) for port in (1, 2, 3)]
+    wanted = {
+        key: DesiredVirtualServer(
+            VirtualServer(key), MappingProxyType({POD_A.key: POD_A}), OWNER, AddressKind.CLUSTER_IP
+        )
+        for key in keys
+    }
+    ipvs = FakeIPVS()
+    ipvs.apply([AddVirtualServer(VirtualServer(key)) for key in keys])
+    ipvs.apply([AddRealServer(keys[0], POD_A), AddRealServer(keys[2], POD_B)])
+    calls: list[int] = []
+
+    def between() -> frozenset[VirtualServerKey]:
+        calls.append(len(calls))
+        if len(calls) != 2:
+            return frozenset()
+        # A sync once the first is read: it moves the first to POD_B, the second to POD_A.
+        wanted[keys[0]] = DesiredVirtualServer(
+            VirtualServer(keys[0]),
+            MappingProxyType({POD_B.key: POD_B}),
+            OWNER,
+            AddressKind.CLUSTER_IP,
+        )
+        ipvs.apply([AddRealServer(keys[0], POD_B), DeleteRealServer(keys[0], POD_A.key)])
+        ipvs.apply([AddRealServer(keys[1], POD_A)])
+        return frozenset(keys[:2])
+
+    table, as_desired = read_ipvs_between(ipvs, between, lambda: wanted)
+
+    assert table == ipvs.dump(traffic=False)
+    # The first read again after the sync, against its new value; the third differs.
+    assert as_desired == {keys[0]: wanted[keys[0]], keys[1]: wanted[keys[1]]}
