@@ -91,14 +91,31 @@ class Settings:
     ipvsproxy: dict[str, str]
     kube_proxy: dict[str, str]
     changes: StreamSettings
+    # --min-sync-period: both proxies' minSyncPeriod instead of what each ships with.
+    min_sync_period: str | None = None
+
+    def periods(self, kind: str) -> dict[str, str]:
+        """What the proxy's configuration sets; empty leaves kube-proxy's defaults."""
+        shipped = self.ipvsproxy if kind == "ipvsproxy" else {}
+        if self.min_sync_period is None:
+            return shipped
+        return {**shipped, "minSyncPeriod": self.min_sync_period}
 
     def as_json(self) -> dict[str, Any]:
+        overridden = self.min_sync_period is not None
+        override = {"minSyncPeriod": self.min_sync_period} if overridden else {}
+        note = f", minSyncPeriod {self.min_sync_period} (--min-sync-period)" if overridden else ""
         return {
             "changes": self.changes.as_json(),
-            "ipvsproxy": {**self.ipvsproxy, "source": "charts/ipvsproxy/values.yaml (ipvs.*)"},
+            "ipvsproxy": {
+                **self.ipvsproxy,
+                **override,
+                "source": f"charts/ipvsproxy/values.yaml (ipvs.*){note}",
+            },
             "kube_proxy": {
                 **self.kube_proxy,
-                "source": "kube-proxy's defaults (--write-config-to)",
+                **override,
+                "source": f"kube-proxy's defaults (--write-config-to){note}",
             },
         }
 
@@ -429,7 +446,7 @@ class Bench:
 
 def make_proxy(kind: str, folder: Path, bench: Bench) -> Proxy:
     """The proxy's command, on its configuration file as it ships."""
-    periods = bench.settings.ipvsproxy if kind == "ipvsproxy" else {}
+    periods = bench.settings.periods(kind)
     config = folder / f"{kind}.yaml"
     # JSON is YAML: both read it as their KubeProxyConfiguration.
     config.write_text(json.dumps(proxy_config(bench.kubeconfig, periods), indent=2))
@@ -482,6 +499,10 @@ def main() -> None:
     parser.add_argument(
         "--proxies", default=",".join(PROXIES), help="which to run (to add runs of one)"
     )
+    parser.add_argument(
+        "--min-sync-period",
+        help="both proxies' minSyncPeriod (e.g. 0s), instead of what each ships with",
+    )
     args = parser.parse_args()
     built = located()
     if built is None:
@@ -489,7 +510,12 @@ def main() -> None:
     FOLDER.mkdir(parents=True, exist_ok=True)
     binaries = lab_binaries(built, FOLDER / "kube-proxy-bin", ("kube-proxy",))
     stream = StreamSettings(args.changes, args.rate, args.burst)
-    settings = Settings(chart_sync_periods(), kube_proxy_defaults(binaries / "kube-proxy"), stream)
+    settings = Settings(
+        chart_sync_periods(),
+        kube_proxy_defaults(binaries / "kube-proxy"),
+        stream,
+        args.min_sync_period,
+    )
     results: dict[str, Any] = {"settings": settings.as_json(), "sizes": {}}
     lab = LabControlPlane().start()
     try:

@@ -3,8 +3,9 @@
 Inside the lab (``python -m tests.lab --run python -m bench.profile_sync MANIFEST OUT``) the
 real kernel is used, so the call timings show kernel round trips and subprocesses; with
 ``--fake`` the in-memory kernel, which leaves only our own CPU time, profiled by cProfile.
-Writes OUT: for loading, a first sync and a no-op resync, wall and CPU seconds, per kernel
-call too, and with ``--fake`` the top functions.
+Writes OUT: for loading, a first sync, a no-op resync and a no-op resync as the daemon's
+periodic full sync makes it (its interleaved read, then the rest, which holds changes back),
+wall and CPU seconds, per kernel call too, and with ``--fake`` the top functions.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.reconcile.state import KernelState
 from ipvsproxy.translate import Settings, translate
 
 Totals = dict[str, list[float]]
@@ -112,9 +114,22 @@ def main() -> None:
         reconciler = Reconciler(timed_kernel(kernel, totals))
         assert desired is not None
         wanted = desired
-        for name in ("first sync", "resync"):
+        observed: list[KernelState] = []
+
+        def interleaved_read() -> None:
+            observed.append(reconciler.observe(frozenset, lambda: wanted.virtual_servers))
+
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("first sync", lambda: reconciler.sync(wanted)),
+            ("resync", lambda: reconciler.sync(wanted)),
+            # A periodic full sync of the daemon: the read lets syncs through (none here),
+            # then the rest holds them back.
+            ("full sync's interleaved read", interleaved_read),
+            ("full sync's rest (plan, apply)", lambda: reconciler.sync(wanted, observed[-1])),
+        ]
+        for name, step in steps:
             totals.clear()
-            _profiled(lambda: reconciler.sync(wanted), lines, name, args.fake)
+            _profiled(step, lines, name, args.fake)
             lines.append(f"### {name}: kernel calls (wall s, CPU s, calls)")
             for call, (wall, cpu, count) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
                 lines.append(f"{call:32} {wall:8.3f} {cpu:8.3f} {count:6.0f}")
