@@ -99,7 +99,7 @@ def _dump_figures(services: int, real_servers: int, runs: int) -> None:
             for run in range(1, runs + 1):
                 _report(
                     f"read_ipvs_between, {size}, run {run}",
-                    _timed(lambda: read_ipvs_between(ipvs, frozenset)),
+                    _timed(lambda: read_ipvs_between(ipvs, tuple)),
                 )
                 _report(
                     f"listing + virtual_server() each, {size}, run {run}",

@@ -117,7 +117,7 @@ def main() -> None:
         observed: list[KernelState] = []
 
         def interleaved_read() -> None:
-            observed.append(reconciler.observe(frozenset, lambda: wanted.virtual_servers))
+            observed.append(reconciler.observe(tuple, lambda: wanted.virtual_servers))
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("first sync", lambda: reconciler.sync(wanted)),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -33,6 +33,7 @@ from ipvsproxy.model import (
     DesiredVirtualServer,
     EndpointSlice,
     ObjectKey,
+    PlanOp,
     Rejection,
     VirtualServerKey,
 )
@@ -276,22 +277,22 @@ class _Between:
         # Spent in the incremental syncs made, not in the full one.
         self.seconds = 0.0
 
-    def __call__(self) -> frozenset[VirtualServerKey]:
+    def __call__(self) -> Sequence[PlanOp]:
         if not self._open or (reading := self._interleave.due()) is None:
-            return frozenset()
+            return ()
         started = time.perf_counter()
         self.rejections = reading.rejections
         made = self._syncer._between(reading)
         if isinstance(made, Changes):
             self._open = False
             self.changes = combined(self.changes, made)
-            written: frozenset[VirtualServerKey] = frozenset()
+            applied: Sequence[PlanOp] = ()
         else:
             self._open = not made.result.needs_full
             self._interleave.done(made)
-            written = made.result.written
+            applied = made.result.applied
         self.seconds += time.perf_counter() - started
-        return written
+        return applied
 
 
 def _report(

@@ -81,11 +81,6 @@ class SyncResult:
     def ok(self) -> bool:
         return not self.failures
 
-    @property
-    def written(self) -> frozenset[VirtualServerKey]:
-        """The virtual servers this sync changed in the kernel."""
-        return frozenset(virtual_of(op) for op in self.applied if isinstance(op, IPVS_OPS))
-
 
 @dataclass(frozen=True, slots=True)
 class _Attempt:

@@ -2,24 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 from ipvsproxy.gcpause import without_cyclic_gc
-from ipvsproxy.kernel.protocols import IPVSKernel, Kernel, SysctlKernel
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel, SysctlKernel, as_listed
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    AddIPSetEntries,
+    AddRealServer,
+    AddVirtualServer,
+    BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
+    DeleteRealServer,
+    DeleteVirtualServer,
     DesiredVirtualServer,
+    EnsureInterface,
     IPAddress,
     IPSetContent,
     IPVSTable,
     IPVSTimeouts,
+    PlanOp,
+    ReplaceIPSet,
+    SetIPVSTimeouts,
+    SetSysctl,
+    UnbindAddress,
+    UpdateRealServer,
+    UpdateVirtualServer,
     VirtualServerKey,
     VirtualServerState,
+    virtual_of,
 )
 from ipvsproxy.reconcile import parameters
 from ipvsproxy.reconcile.ipvs_plan import NOTHING_MATCHED, in_sync
+
+T = TypeVar("T")
+NOTHING_READ: IPVSTable = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +73,8 @@ def read_parameters(sysctl: SysctlKernel) -> Mapping[str, str | None]:
     return MappingProxyType({name: sysctl.get(name) for name in parameters.READ})
 
 
-# Run between the reads of two virtual servers; gives those it may have written.
-Between = Callable[[], frozenset[VirtualServerKey]]
+# Run between two reads of the kernel (an incremental sync, say); gives the ops it applied.
+Between = Callable[[], Sequence[PlanOp]]
 # The newest desired virtual servers, as ``between`` leaves them.
 DesiredNow = Callable[[], Mapping[VirtualServerKey, DesiredVirtualServer]]
 
@@ -85,12 +106,74 @@ def read_ipvs_between(
             as_desired[key] = wanted
 
     for key, listed in ipvs.dump(real_servers=False).items():
-        written |= between()
+        written.update(_written_virtual_servers(between()))
         found(key, ipvs.with_real_servers(listed, traffic=False))
-    written |= between()
+    written.update(_written_virtual_servers(between()))
     for key in written:
         found(key, ipvs.virtual_server(key))
     return table, as_desired
+
+
+def _written_virtual_servers(ops: Iterable[PlanOp]) -> Iterator[VirtualServerKey]:
+    for op in ops:
+        match op:
+            case (
+                AddVirtualServer()
+                | UpdateVirtualServer()
+                | DeleteVirtualServer()
+                | AddRealServer()
+                | UpdateRealServer()
+                | DeleteRealServer()
+            ):
+                yield virtual_of(op)
+
+
+def replayed(state: KernelState, ops: Iterable[PlanOp]) -> KernelState:
+    """``state`` as ``ops``, applied after it was read, left the kernel: all but IPVS, which
+    ``read_ipvs_between`` reads again. Each op sets what it writes (an entry present or
+    absent, a value), so ops the read already saw may be replayed too, in their order."""
+    bound, local = set(state.bound_addresses), set(state.local_addresses)
+    ipsets = dict(state.ipsets)
+    sysctls = None if state.sysctls is None else dict(state.sysctls)
+    timeouts, interface_exists = state.ipvs_timeouts, state.interface_exists
+    for op in ops:
+        match op:
+            case BindAddress(address):
+                bound.add(address)
+                local.add(address)
+            case UnbindAddress(address):
+                # Ours to unbind only from kube-ipvs0, where no node address is.
+                bound.discard(address)
+                local.discard(address)
+            case CreateIPSet(spec) if spec.name not in ipsets:
+                ipsets[spec.name] = IPSetContent(as_listed(spec))
+            case ReplaceIPSet(content):
+                ipsets[content.spec.name] = replace(content, spec=as_listed(content.spec))
+            case AddIPSetEntries(name, entries) if name in ipsets:
+                held = ipsets[name]
+                ipsets[name] = replace(held, entries=frozenset(held.entries).union(entries))
+            case DeleteIPSetEntries(name, entries) if name in ipsets:
+                held = ipsets[name]
+                ipsets[name] = replace(held, entries=frozenset(held.entries).difference(entries))
+            case SetSysctl(name, value) if sysctls is not None:
+                sysctls[name] = value
+            case SetIPVSTimeouts(wanted) if timeouts is not None:
+                timeouts = IPVSTimeouts(
+                    tcp=wanted.tcp or timeouts.tcp,
+                    tcp_fin=wanted.tcp_fin or timeouts.tcp_fin,
+                    udp=wanted.udp or timeouts.udp,
+                )
+            case EnsureInterface():
+                interface_exists = True
+    return replace(
+        state,
+        bound_addresses=frozenset(bound),
+        local_addresses=frozenset(local),
+        ipsets=MappingProxyType(ipsets),
+        sysctls=None if sysctls is None else MappingProxyType(sysctls),
+        ipvs_timeouts=timeouts,
+        interface_exists=interface_exists,
+    )
 
 
 @without_cyclic_gc
@@ -100,20 +183,43 @@ def observe(
     between: Between | None = None,
     desired: DesiredNow | None = None,
 ) -> KernelState:
-    """The kernel's state; with ``between``, the IPVS table is read as ``read_ipvs_between``
-    does (compared with ``desired`` as it goes), and the rest after it."""
+    """The kernel's state. With ``between``, it runs before every read: the IPVS table is
+    read last, as ``read_ipvs_between`` reads it (compared with ``desired`` as it goes), and
+    the rest as the ops ``between`` applied left it (``replayed``)."""
     if between is None:
         # Planning reads real servers and their connections, never their traffic.
-        table, as_desired = kernel.ipvs.dump(traffic=False), NOTHING_MATCHED
-    else:
-        table, as_desired = read_ipvs_between(kernel.ipvs, between, desired)
+        return _read_all_but_ipvs(kernel, interface, lambda: None, kernel.ipvs.dump(traffic=False))
+    applied: list[PlanOp] = []
+
+    def step() -> Sequence[PlanOp]:
+        ops = between()
+        applied.extend(ops)
+        return ops
+
+    rest = _read_all_but_ipvs(kernel, interface, step)
+    table, as_desired = read_ipvs_between(kernel.ipvs, step, desired)
+    return replace(replayed(rest, applied), ipvs=table, ipvs_as_desired=as_desired)
+
+
+def _read_all_but_ipvs(
+    kernel: Kernel,
+    interface: str,
+    before_each: Callable[[], object],
+    ipvs: IPVSTable = NOTHING_READ,
+) -> KernelState:
+    """Everything planning reads but the IPVS table (given as ``ipvs``), ``before_each``
+    read run first."""
+
+    def after(read: Callable[[], T]) -> T:
+        before_each()
+        return read()
+
     return KernelState(
-        ipvs=table,
-        ipvs_as_desired=as_desired,
-        interface_exists=kernel.addresses.interface_exists(interface),
-        bound_addresses=kernel.addresses.addresses(interface),
-        local_addresses=kernel.addresses.all_addresses(),
-        ipsets=kernel.ipsets.list_sets(),
-        sysctls=read_parameters(kernel.sysctl),
-        ipvs_timeouts=kernel.ipvs.timeouts(),
+        ipvs=ipvs,
+        interface_exists=after(lambda: kernel.addresses.interface_exists(interface)),
+        bound_addresses=after(lambda: kernel.addresses.addresses(interface)),
+        local_addresses=after(kernel.addresses.all_addresses),
+        ipsets=after(kernel.ipsets.list_sets),
+        sysctls=after(lambda: read_parameters(kernel.sysctl)),
+        ipvs_timeouts=after(kernel.ipvs.timeouts),
     )

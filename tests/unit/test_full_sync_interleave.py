@@ -15,20 +15,30 @@ from hypothesis import strategies as st
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
 from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
+from ipvsproxy.kernel.protocols import as_listed
 from ipvsproxy.model import (
+    AddIPSetEntries,
     AddRealServer,
     AddVirtualServer,
+    BindAddress,
+    CreateIPSet,
+    DeleteIPSetEntries,
     DeleteRealServer,
     DeleteVirtualServer,
+    IPSetContent,
+    IPSetSpec,
     IPVSOp,
     IPVSTable,
     RealServer,
     RealServerKey,
     TransportProtocol,
+    UnbindAddress,
     UpdateVirtualServer,
+    VirtualServer,
     VirtualServerKey,
     VirtualServerState,
 )
+from ipvsproxy.reconcile.state import KernelState, replayed
 from ipvsproxy.translate import Settings
 from tests.daemon_kit import (
     RecordingIPVS,
@@ -47,8 +57,13 @@ def vip(index: int) -> VirtualServerKey:
     return VirtualServerKey(TransportProtocol.TCP, ip_address(f"10.96.0.{index + 1}"), 80)
 
 
+# Calls of ``due`` before the IPVS table is listed: one before each of the kernel's other reads.
+BEFORE_IPVS = 6
+
+
 class Due:
-    """Readings that come due at given calls of ``due``, and the syncs made of them."""
+    """Readings that come due at given calls of ``due``, and the syncs made of them: call 0
+    is the one before the first virtual server is read, those before it are negative."""
 
     def __init__(self, fake: RecordingKernel, at: dict[int, Objects]) -> None:
         self._fake = fake
@@ -60,7 +75,7 @@ class Due:
         self.done_after_reads: list[int] = []
 
     def due(self) -> Reading | None:
-        objects = self._at.get(self.calls)
+        objects = self._at.get(self.calls - BEFORE_IPVS)
         self.calls += 1
         if objects is None:
             return None
@@ -221,7 +236,8 @@ def test_what_differs_from_the_cluster_when_read_is_repaired_around_the_changes_
 
     # The change read virtual server 4 (it loses endpoints) and wrote it whole.
     (made,) = due.reports
-    assert made.result.ok and vip(4) in made.result.written
+    assert made.result.ok
+    assert UpdateVirtualServer(held[vip(4)].server) in made.result.applied
     assert full.result.ok and dict(full.result.drift) == {"real_server": 1}
     assert fake.recording.fake.dump() == settled(fake, later)
 
@@ -239,25 +255,28 @@ def changed(objects: Objects, change: Change, first: int) -> Objects:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.none() | CHANGE, st.dictionaries(st.integers(0, 8), CHANGE, max_size=4))
+@given(st.none() | CHANGE, st.dictionaries(st.integers(-BEFORE_IPVS, 8), CHANGE, max_size=4))
 def test_whatever_comes_due_where_the_kernel_ends_as_a_fresh_proxy_would_program_it(
     own: Change | None, inside: dict[int, Change]
 ) -> None:
-    """Six or seven virtual servers: a change at call 8 is never taken, and waits for the
-    next sync. ``own``: the full sync's own change."""
+    """Five to seven virtual servers: a change at call 8 is never taken, and waits for the
+    next sync; those at negative calls come while the kernel's other parts are read (see
+    ``Due``). ``own``: the full sync's own change."""
     _, fake, syncer, objects = started(6)
     current = objects if own is None else changed(objects, own, first=40)
     given_to_full = current
     steps: dict[int, Objects] = {}
     for call, change in sorted(inside.items()):
-        current = steps[call] = changed(current, change, first=call)
+        current = steps[call] = changed(current, change, first=call + BEFORE_IPVS)
     due = Due(fake, steps)
 
     full = syncer.sync(snapshot(given_to_full), [], interleave=due.interleave())
 
-    # Asked before each virtual server is read, and once after the last.
-    assert due.calls == len(settled(fake, given_to_full)) + 1
-    taken = [steps[call] for call in sorted(steps) if call < due.calls]
+    # Asked before each of the other reads, each virtual server listed, and once after.
+    before_listing = [steps[call] for call in sorted(steps) if call < 0]
+    listed = settled(fake, before_listing[-1] if before_listing else given_to_full)
+    assert due.calls == BEFORE_IPVS + len(listed) + 1
+    taken = [steps[call] for call in sorted(steps) if call < due.calls - BEFORE_IPVS]
     assert all(r.result.ok for r in due.reports), [r.result.failures for r in due.reports]
     assert full.result.ok and full.result.writes == 0 and not full.result.drift
     assert fake.recording.fake.dump() == settled(fake, taken[-1] if taken else given_to_full)
@@ -374,3 +393,35 @@ def test_a_change_inside_builds_on_the_full_syncs_own_changes_as_the_kernel_has_
     assert full.result.ok and full.result.writes == 0 and not full.result.drift
     assert len(fake.recording.fake.dump()[vip(40)].real_servers) == 3
     assert fake.recording.fake.dump() == settled(fake, inside)
+
+
+def test_ops_applied_after_a_read_are_replayed_onto_it_in_their_order() -> None:
+    spec = IPSetSpec("KUBE-CLUSTER-IP", "hash:ip,port")
+    other = IPSetSpec("KUBE-NODE-PORT-TCP", "bitmap:port", comment="not kept by the kernel")
+    a, b = ip_address("10.96.0.1"), ip_address("10.96.0.2")
+    read = KernelState(
+        bound_addresses=frozenset({a}),
+        local_addresses=frozenset({a}),
+        ipsets={spec.name: IPSetContent(spec, frozenset({"10.96.0.1,tcp:80"}))},
+    )
+    later = replayed(
+        read,
+        [
+            # Seen by the read already: replayed, it changes nothing.
+            AddIPSetEntries(spec.name, ("10.96.0.1,tcp:80",)),
+            AddIPSetEntries(spec.name, ("10.96.0.2,tcp:80",)),
+            DeleteIPSetEntries(spec.name, ("10.96.0.1,tcp:80",)),
+            CreateIPSet(spec),
+            CreateIPSet(other),
+            AddIPSetEntries(other.name, ("30080",)),
+            BindAddress(b),
+            UnbindAddress(a),
+            AddVirtualServer(VirtualServer(vip(0))),
+        ],
+    )
+    assert later.ipsets == {
+        spec.name: IPSetContent(spec, frozenset({"10.96.0.2,tcp:80"})),
+        other.name: IPSetContent(as_listed(other), frozenset({"30080"})),
+    }
+    assert later.bound_addresses == later.local_addresses == {b}
+    assert later.ipvs == read.ipvs

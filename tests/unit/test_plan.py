@@ -155,10 +155,10 @@ def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> N
     ipvs.apply([AddRealServer(keys[0], POD_A), AddRealServer(keys[2], POD_B)])
     calls: list[int] = []
 
-    def between() -> frozenset[VirtualServerKey]:
+    def between() -> list[IPVSOp]:
         calls.append(len(calls))
         if len(calls) != 2:
-            return frozenset()
+            return []
         # A sync once the first is read: it moves the first to POD_B, the second to POD_A.
         wanted[keys[0]] = DesiredVirtualServer(
             VirtualServer(keys[0]),
@@ -166,9 +166,13 @@ def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> N
             OWNER,
             AddressKind.CLUSTER_IP,
         )
-        ipvs.apply([AddRealServer(keys[0], POD_B), DeleteRealServer(keys[0], POD_A.key)])
-        ipvs.apply([AddRealServer(keys[1], POD_A)])
-        return frozenset(keys[:2])
+        ops: list[IPVSOp] = [
+            AddRealServer(keys[0], POD_B),
+            DeleteRealServer(keys[0], POD_A.key),
+            AddRealServer(keys[1], POD_A),
+        ]
+        ipvs.apply(ops)
+        return ops
 
     table, as_desired = read_ipvs_between(ipvs, between, lambda: wanted)
 
