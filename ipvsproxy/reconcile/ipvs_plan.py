@@ -106,8 +106,8 @@ def plan_ipvs(
     weight-0 real server that is not desired and not in it (a restart) starts draining now.
 
     ``as_desired``: virtual servers found ``in_sync`` with these desired values when read
-    (see ``state.read_ipvs_between``); one whose desired value is still the same object is
-    not compared again.
+    (see ``state.read_ipvs_between``, whose table keeps no real servers for them): one whose
+    desired value is still the same object is not compared again.
     """
     changes: list[IPVSOp] = []
     removals: list[IPVSOp] = []

@@ -26,6 +26,8 @@ from ipvsproxy.model import (
     IPVSTable,
     IPVSTimeouts,
     PlanOp,
+    RealServerKey,
+    RealServerState,
     ReplaceIPSet,
     SetIPVSTimeouts,
     SetSysctl,
@@ -41,13 +43,15 @@ from ipvsproxy.reconcile.ipvs_plan import NOTHING_MATCHED, in_sync
 
 T = TypeVar("T")
 NOTHING_READ: IPVSTable = MappingProxyType({})
+NO_REAL_SERVERS: Mapping[RealServerKey, RealServerState] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class KernelState:
     ipvs: IPVSTable = field(default_factory=lambda: MappingProxyType({}))
     # Virtual servers found in sync with these desired values when read (see
-    # ``read_ipvs_between``); planning compares them again only if their value changed since.
+    # ``read_ipvs_between``): their entries in ``ipvs`` keep no real servers, and planning
+    # does not compare them again.
     ipvs_as_desired: Mapping[VirtualServerKey, DesiredVirtualServer] = field(
         default_factory=lambda: NOTHING_MATCHED
     )
@@ -89,8 +93,11 @@ def read_ipvs_between(
 
     With ``desired``, each virtual server is compared with its desired value as it is read,
     and those found ``in_sync`` are given with the value they matched: planning need not
-    compare them again while that value stands, so the comparison of a big table is spread
-    over the read, between the syncs it lets through."""
+    compare them again, so the comparison of a big table is spread over the read, between
+    the syncs it lets through. Their entries in the table keep no real servers (the desired
+    value stands for them: a whole table's real servers are tens of MB at 10,000 services),
+    so one whose desired value changed by the end without being written (a sync held it
+    back) is read again."""
     table: dict[VirtualServerKey, VirtualServerState] = {}
     as_desired: dict[VirtualServerKey, DesiredVirtualServer] = {}
     written: set[VirtualServerKey] = set()
@@ -100,15 +107,19 @@ def read_ipvs_between(
         if state is None:
             table.pop(key, None)
             return
-        table[key] = state
         wanted = desired().get(key) if desired is not None else None
         if wanted is not None and in_sync(wanted, state):
             as_desired[key] = wanted
+            state = VirtualServerState(state.server, NO_REAL_SERVERS, state.stats)
+        table[key] = state
 
     for key, listed in ipvs.dump(real_servers=False).items():
         written.update(_written_virtual_servers(between()))
         found(key, ipvs.with_real_servers(listed, traffic=False))
     written.update(_written_virtual_servers(between()))
+    if desired is not None:
+        newest = desired()
+        written.update(key for key, wanted in as_desired.items() if newest.get(key) is not wanted)
     for key in written:
         found(key, ipvs.virtual_server(key))
     return table, as_desired

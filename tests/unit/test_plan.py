@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 from types import MappingProxyType
 
 from hypothesis import given
@@ -176,6 +177,34 @@ def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> N
 
     table, as_desired = read_ipvs_between(ipvs, between, lambda: wanted)
 
-    assert table == ipvs.dump(traffic=False)
     # The first read again after the sync, against its new value; the third differs.
     assert as_desired == {keys[0]: wanted[keys[0]], keys[1]: wanted[keys[1]]}
+    held = ipvs.dump(traffic=False)
+    assert table == {
+        **{key: replace(held[key], real_servers={}) for key in as_desired},
+        keys[2]: held[keys[2]],
+    }
+
+
+def test_a_virtual_server_found_as_desired_is_read_again_if_its_value_changed_unwritten() -> None:
+    wanted = desired(POD_A)
+    ipvs = FakeIPVS()
+    ipvs.apply([AddVirtualServer(VirtualServer(KEY)), AddRealServer(KEY, POD_A)])
+    newest = {KEY: wanted.virtual_servers[KEY]}
+    reads: list[int] = []
+
+    def between() -> list[IPVSOp]:
+        reads.append(len(reads))
+        if len(reads) == 2:
+            # A sync took POD_B, but its write was held back: nothing written.
+            newest[KEY] = desired(POD_B).virtual_servers[KEY]
+        return []
+
+    table, as_desired = read_ipvs_between(ipvs, between, lambda: newest)
+
+    assert as_desired == {}
+    assert table == ipvs.dump(traffic=False)
+    assert plan_ipvs(desired(POD_B), table, owned_addresses(wanted, ())).ops == (
+        AddRealServer(KEY, POD_B),
+        DeleteRealServer(KEY, POD_A.key),
+    )
