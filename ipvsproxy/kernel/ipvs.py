@@ -339,11 +339,7 @@ class NetlinkIPVS:
         self.close()
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:
-        requests = []
-        for op in ops:
-            flags, body = encode_op(op)
-            requests.append((self._family_id, flags, body))
-        return self._socket.apply(requests)
+        return self._socket.apply((self._family_id, *encode_op(op)) for op in ops)
 
     def _dump(self, command: int, attrs: list[tuple[str, Any]]) -> list[bytes]:
         return self._socket.request(self._family_id, NLM_F_DUMP, genl_body(command, attrs))
