@@ -37,7 +37,7 @@ from ipvsproxy.model import (
     Rejection,
     VirtualServerKey,
 )
-from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult
+from ipvsproxy.reconcile.reconciler import Reconciler, SyncResult, iptables_families
 from ipvsproxy.translate import Settings
 from ipvsproxy.translate.incremental import IncrementalTranslation
 
@@ -182,7 +182,9 @@ class Syncer:
         translated = self._full_translation(snapshot, changes, trusted=trusted)
         self._snapshot = snapshot
         between = _Between(self, interleave, rejections, changes) if interleave else None
-        actual = self._reconciler.observe(between, self._translated if between else None)
+        actual = self._reconciler.observe(
+            between, self._translated if between else None, iptables_families(translated)
+        )
         if between is not None:
             snapshot, rejections, changes = self._snapshot, between.rejections, between.changes
             translated = self._incremental.desired or translated

@@ -164,6 +164,12 @@ class IptablesKernel(Protocol):
         """What ``restore`` would change, chain by chain (none where the kernel agrees)."""
         ...
 
+    def read_ahead(self, family: IPFamily) -> None:
+        """Start reading ``family``'s tables now, for the next ``restore`` or ``diff`` of it
+        to compare with (unless the family is written meanwhile): a sync that reads the rest
+        of the kernel first need not then wait for iptables-save."""
+        ...
+
     def our_chains(self, family: IPFamily) -> Mapping[str, frozenset[str]]:
         """table -> names of the chains that belong to us (KUBE-*) that exist now."""
         ...

@@ -21,6 +21,7 @@ from ipvsproxy.model import (
     DesiredState,
     FlushConntrack,
     IPAddress,
+    IPFamily,
     IPVSTable,
     IPVSTimeouts,
     PlanOp,
@@ -132,16 +133,21 @@ class Reconciler:
         return self._next_retry
 
     def observe(
-        self, between: Between | None = None, desired: DesiredNow | None = None
+        self,
+        between: Between | None = None,
+        desired: DesiredNow | None = None,
+        iptables: Iterable[IPFamily] = (),
     ) -> KernelState:
         """The kernel's state (see ``state.observe``)."""
-        return observe(self._kernel, self._settings.interface, between, desired)
+        return observe(self._kernel, self._settings.interface, between, desired, iptables)
 
     def plan(self, desired: DesiredState, actual: KernelState | None = None) -> SyncPlan:
         """What a sync would do now; nothing is written."""
+        if actual is None:
+            actual = self.observe(iptables=iptables_families(desired))
         return plan_sync(
             desired,
-            self.observe() if actual is None else actual,
+            actual,
             drains={ref: drain.started for ref, drain in self._drains.items()},
             now=self._clock(),
             grace_period=self._settings.grace_period,
@@ -263,6 +269,11 @@ class Reconciler:
             transitions=self._quarantine.take_transitions(),
             needs_full=needs_full,
         )
+
+
+def iptables_families(desired: DesiredState) -> tuple[IPFamily, ...]:
+    """The families whose rules a sync of ``desired`` restores."""
+    return tuple(ruleset.family for ruleset in desired.iptables)
 
 
 def _waits_for(op: PlanOp, virtual_servers: frozenset[VirtualServerKey]) -> bool:

@@ -22,6 +22,7 @@ from ipvsproxy.model import (
     DesiredVirtualServer,
     EnsureInterface,
     IPAddress,
+    IPFamily,
     IPSetContent,
     IPVSTable,
     IPVSTimeouts,
@@ -193,10 +194,16 @@ def observe(
     interface: str = DUMMY_INTERFACE,
     between: Between | None = None,
     desired: DesiredNow | None = None,
+    iptables: Iterable[IPFamily] = (),
 ) -> KernelState:
     """The kernel's state. With ``between``, it runs before every read: the IPVS table is
     read last, as ``read_ipvs_between`` reads it (compared with ``desired`` as it goes), and
-    the rest as the ops ``between`` applied left it (``replayed``)."""
+    the rest as the ops ``between`` applied left it (``replayed``).
+
+    ``iptables``: the families whose rules the sync will restore, read ahead meanwhile (the
+    rules are not part of the state: the iptables layer compares them as it restores)."""
+    for family in iptables:
+        kernel.iptables.read_ahead(family)
     if between is None:
         # Planning reads real servers and their connections, never their traffic.
         return _read_all_but_ipvs(kernel, interface, lambda: None, kernel.ipvs.dump(traffic=False))

@@ -3,6 +3,7 @@ commands are started."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.backend import Probe, choose_backend, probe_of
 from ipvsproxy.kernel.iptables.command import refusal, run
-from ipvsproxy.kernel.iptables.restore import IptablesRestore
+from ipvsproxy.kernel.iptables.restore import CommandNetfilter, IptablesRestore
 from ipvsproxy.model import IPFamily
 
 DOWN = Probe(unusable="iptables-x-save failed: oops")
@@ -138,3 +139,50 @@ def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
     # Later reads are the kernel's own, each a save of its own.
     iptables.our_chains(IPFamily.IPV4)
     assert commands.started() == [*detection, "iptables-legacy-save"]
+
+
+def _counting_commands(folder: Path) -> Path:
+    """iptables-legacy-save and -restore as scripts: each save logs its start and prints how
+    many restores came before it; returns the log."""
+    log, restores = folder / "saves", folder / "restores"
+    restores.touch()
+    save = folder / "iptables-legacy-save"
+    save.write_text(
+        f'#!/bin/sh\necho save >> "{log}"\n'
+        f"printf '*nat\\n# restores: %s\\nCOMMIT\\n' \"$(wc -l < {restores})\"\n"
+    )
+    restore = folder / "iptables-legacy-restore"
+    restore.write_text(f'#!/bin/sh\ncat > /dev/null\necho restore >> "{restores}"\n')
+    for script in (save, restore):
+        script.chmod(0o755)
+    return log
+
+
+def test_a_save_read_ahead_is_the_next_save_unless_a_restore_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _counting_commands(tmp_path)
+    # First on the path; the scripts use the system's tools.
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    netfilter = CommandNetfilter("legacy")
+
+    netfilter.read_ahead(IPFamily.IPV4)
+    netfilter.read_ahead(IPFamily.IPV4)
+    assert "# restores: 0" in netfilter.save(IPFamily.IPV4)
+    # One save, started ahead and taken: none started by the save itself.
+    assert log.read_text().split() == ["save"]
+
+    netfilter.read_ahead(IPFamily.IPV4)
+    netfilter.restore(IPFamily.IPV4, "*nat\nCOMMIT\n")
+    # Read again after the restore, not the save started before it.
+    assert "# restores: 1" in netfilter.save(IPFamily.IPV4)
+
+
+def test_a_save_that_cannot_be_read_ahead_fails_where_it_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    netfilter = CommandNetfilter("legacy")
+    netfilter.read_ahead(IPFamily.IPV4)
+    with pytest.raises(IptablesError, match="iptables-legacy-save is not installed"):
+        netfilter.save(IPFamily.IPV4)

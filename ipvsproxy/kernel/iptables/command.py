@@ -22,15 +22,47 @@ def binary(backend: str, family: IPFamily, tool: str) -> str:
     return f"{prefix}-{backend}-{tool}"
 
 
-def run(command: list[str], text: str = "", timeout: float | None = None) -> str:
+def _located(command: list[str]) -> list[str]:
     # By its absolute path: given a bare name, the child searches PATH with one execve per
     # folder, which from a big process cost 1.4-2.3 s a spawn in the lab (0.2-0.5 s by path).
     path = shutil.which(command[0])
     if path is None:
         raise IptablesError(f"{command[0]} is not installed (install the iptables package)")
+    return [path, *command[1:]]
+
+
+class Started:
+    """A command without input, started now and its output taken later (``output``): its
+    run overlaps whatever the caller does meanwhile."""
+
+    def __init__(self, command: list[str]) -> None:
+        self._name = command[0]
+        self._process = subprocess.Popen(
+            _located(command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def output(self) -> str:
+        """Its standard output, once it has ended; IptablesError as ``run`` raises it."""
+        stdout, stderr = self._process.communicate()
+        if self._process.returncode != 0:
+            raise IptablesError(f"{self._name} failed: {refusal(stderr, '')}")
+        return stdout
+
+    def discard(self) -> None:
+        """Not wanted after all: stopped if still running, and reaped."""
+        self._process.kill()
+        self._process.communicate()
+
+
+def run(command: list[str], text: str = "", timeout: float | None = None) -> str:
+    path, *arguments = _located(command)
     try:
         done = subprocess.run(
-            [path, *command[1:]],
+            [path, *arguments],
             input=text,
             capture_output=True,
             text=True,

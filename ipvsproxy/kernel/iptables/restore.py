@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ipvsproxy.kernel.errors import IptablesError
 from ipvsproxy.kernel.iptables.backend import detect
-from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, binary, run
+from ipvsproxy.kernel.iptables.command import RESTORE_WAIT, Started, binary, run
 from ipvsproxy.kernel.iptables.text import (
     Rule,
     Tables,
@@ -48,7 +49,12 @@ OUR_CHAINS: Mapping[str, frozenset[str]] = {
 
 class Netfilter(Protocol):
     def save(self, family: IPFamily) -> str:
-        """Every table, as iptables-save prints it."""
+        """Every table, as iptables-save prints it (or printed it when ``read_ahead``)."""
+        ...
+
+    def read_ahead(self, family: IPFamily) -> None:
+        """Take the next ``save`` of ``family`` from now on, while the caller reads the rest
+        of the kernel; a ``restore`` of it in between makes that save read again."""
         ...
 
     def restore(self, family: IPFamily, text: str) -> None:
@@ -202,6 +208,9 @@ class Iptables:
         self._written[family] = (desired, _held(self._tables(family), ruleset, desired))
         return True
 
+    def read_ahead(self, family: IPFamily) -> None:
+        self.netfilter.read_ahead(family)
+
     def diff(self, ruleset: IptablesRuleset) -> tuple[IptablesChainDiff, ...]:
         desired = _desired(ruleset)
         held = _held(self._tables(ruleset.family), ruleset, desired)
@@ -229,6 +238,9 @@ class Iptables:
 # How old a save taken by backend detection may be and still stand for a new one: the sync
 # that detected the backend reads it within moments; anything later reads the kernel again.
 FRESH_SAVE_SECONDS = 2.0
+# How old a save read ahead may be: a sync's read of the kernel (a full sync's, at 10,000
+# services, takes seconds); one left by a sync that never took it is not used.
+AHEAD_SAVE_SECONDS = 60.0
 
 
 class CommandNetfilter:
@@ -237,6 +249,8 @@ class CommandNetfilter:
         # Detection's saves, each read at most once, by a save that follows it at once.
         self._unread: dict[IPFamily, str] = {}
         self._detected_at = 0.0
+        # Saves read ahead, running or done, each with when it started.
+        self._ahead: dict[IPFamily, tuple[float, Started]] = {}
 
     @property
     def backend(self) -> str:
@@ -247,14 +261,33 @@ class CommandNetfilter:
             self._detected_at = time.monotonic()
         return self._backend
 
+    def read_ahead(self, family: IPFamily) -> None:
+        if family in self._unread or family in self._ahead:
+            return
+        try:
+            started = Started([binary(self.backend, family, "save")])
+        except (IptablesError, OSError):
+            # The save this was for meets the same and says so, where its failure counts.
+            return
+        self._ahead[family] = (time.monotonic(), started)
+
     def save(self, family: IPFamily) -> str:
         backend = self.backend
         unread = self._unread.pop(family, None)
         if unread is not None and time.monotonic() - self._detected_at < FRESH_SAVE_SECONDS:
             return unread
+        ahead = self._ahead.pop(family, None)
+        if ahead is not None:
+            since, started = ahead
+            if time.monotonic() - since < AHEAD_SAVE_SECONDS:
+                return started.output()
+            started.discard()
         return run([binary(backend, family, "save")])
 
     def restore(self, family: IPFamily, text: str) -> None:
+        ahead = self._ahead.pop(family, None)
+        if ahead is not None:
+            ahead[1].discard()
         run([binary(self.backend, family, "restore"), "--noflush", RESTORE_WAIT], text)
 
 

@@ -99,11 +99,18 @@ class MemoryNetfilter:
             }
             for family in IPFamily
         }
+        # Saves read ahead, as the tables were then (see ``Netfilter.read_ahead``).
+        self._ahead: dict[IPFamily, str] = {}
+
+    def read_ahead(self, family: IPFamily) -> None:
+        self._ahead.setdefault(family, render_save(self.tables[family]))
 
     def save(self, family: IPFamily) -> str:
-        return render_save(self.tables[family])
+        ahead = self._ahead.pop(family, None)
+        return render_save(self.tables[family]) if ahead is None else ahead
 
     def restore(self, family: IPFamily, text: str) -> None:
+        self._ahead.pop(family, None)
         known_sets = None if self._ipset_names is None else self._ipset_names()
         table = ""
         pending: dict[str, list[Rule]] = {}
