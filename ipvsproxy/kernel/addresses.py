@@ -12,8 +12,7 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Iterator, Sequence
-
-from pyroute2.iproute.linux import IPRoute
+from typing import TYPE_CHECKING
 
 from ipvsproxy.kernel.errors import refused
 from ipvsproxy.kernel.netlink import (
@@ -29,6 +28,9 @@ from ipvsproxy.kernel.netlink import (
     refusals_as_os_errors,
 )
 from ipvsproxy.model import AddressOp, BatchResult, BindAddress, IPAddress
+
+if TYPE_CHECKING:
+    from pyroute2.iproute.linux import IPRoute
 
 IFA_F_NODAD = 0x02
 
@@ -112,23 +114,32 @@ class _AddressEvents:
 
 
 class NetlinkAddresses:
-    """Links through pyroute2; addresses through a BatchSocket, many requests per sendmsg.
+    """Links made and deleted through pyroute2; addresses through a BatchSocket, many
+    requests per sendmsg; an interface's index from if_nametoindex.
 
     pyroute2 sent one request per round trip and decoded every reply in Python: binding
-    10,000 service addresses, or reading them back each sync, cost seconds in the lab.
+    10,000 service addresses, or reading them back each sync, cost seconds in the lab. Its
+    IPRoute is made only for a link to make or delete: importing it (asyncio with it) was a
+    third of a no-op ``sync --once``'s imports.
     """
 
     def __init__(self, batch_size: int = BATCH_SIZE) -> None:
-        self._route = IPRoute()
+        self._route: IPRoute | None = None
         self._socket = BatchSocket(NETLINK_ROUTE, batch_size)
         # Listening before the first reading, so no change between the two is missed.
         self._events = _AddressEvents()
         self._local: tuple[int | None, frozenset[IPAddress]] | None = None
 
     def close(self) -> None:
-        self._route.close()
+        if self._route is not None:
+            self._route.close()
         self._socket.close()
         self._events.close()
+
+    def _links(self) -> IPRoute:
+        if self._route is None:
+            self._route = IPRoute()
+        return self._route
 
     def __enter__(self) -> NetlinkAddresses:
         return self
@@ -137,8 +148,11 @@ class NetlinkAddresses:
         self.close()
 
     def _index(self, name: str) -> int | None:
-        found = self._route.link_lookup(ifname=name)
-        return int(found[0]) if found else None
+        try:
+            return socket.if_nametoindex(name)
+        except OSError:
+            # ENODEV: no such interface.
+            return None
 
     def interface_exists(self, name: str) -> bool:
         return self._index(name) is not None
@@ -148,13 +162,13 @@ class NetlinkAddresses:
             if not self.interface_exists(name):
                 # No transmit queue, as kube-proxy's (netlink's zero TxQLen): nothing is ever
                 # sent on a link that stays down.
-                self._route.link("add", ifname=name, kind="dummy", txqlen=0)
+                self._links().link("add", ifname=name, kind="dummy", txqlen=0)
 
     def delete_interface(self, name: str) -> None:
         with refusals_as_os_errors():
             index = self._index(name)
             if index is not None:
-                self._route.link("del", index=index)
+                self._links().link("del", index=index)
 
     def _dump(self) -> Iterator[tuple[int, IPAddress]]:
         """(interface index, address) of every address the kernel has."""

@@ -13,9 +13,7 @@ import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from pyroute2.conntrack import Conntrack, NFCTAttrTuple
+from typing import TYPE_CHECKING, Any
 
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
@@ -34,6 +32,9 @@ from ipvsproxy.model import (
     RealServerKey,
     VirtualServerKey,
 )
+
+if TYPE_CHECKING:
+    from pyroute2.conntrack import Conntrack
 
 # ctnetlink (linux/netfilter/nfnetlink_conntrack.h)
 CT_DELETE = (1 << 8) | 2  # NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_DELETE
@@ -118,17 +119,24 @@ class NetlinkConntrack:
     """
 
     def __init__(self, batch_size: int = BATCH_SIZE) -> None:
-        # pyroute2 for the filtered dumps; the deletes go out many per sendmsg.
-        self._tables = {
-            4: Conntrack(nfgen_family=socket.AF_INET),
-            6: Conntrack(nfgen_family=socket.AF_INET6),
-        }
+        # pyroute2 for the filtered dumps, made at the first (importing it, asyncio with it,
+        # was a third of the imports of a sync with nothing to flush); the deletes go out
+        # many per sendmsg.
+        self._tables: dict[int, Conntrack] = {}
         self._socket = BatchSocket(NETLINK_NETFILTER, batch_size)
 
     def close(self) -> None:
         for table in self._tables.values():
             table.close()
         self._socket.close()
+
+    def _table(self, version: int) -> Conntrack:
+        if version not in self._tables:
+            from pyroute2.conntrack import Conntrack  # noqa: PLC0415
+
+            family = socket.AF_INET if version == 4 else socket.AF_INET6
+            self._tables[version] = Conntrack(nfgen_family=family)
+        return self._tables[version]
 
     def __enter__(self) -> NetlinkConntrack:
         return self
@@ -167,13 +175,15 @@ class NetlinkConntrack:
         found = []
         ports = {(s.address.version, s.protocol, s.port) for s, _ in targets}
         with refusals_as_os_errors():
+            from pyroute2.conntrack import NFCTAttrTuple  # noqa: PLC0415
+
             for version, protocol, port in sorted(ports):
                 to_port = NFCTAttrTuple(
                     family=socket.AF_INET if version == 4 else socket.AF_INET6,
                     proto=IP_PROTOCOL_NUMBERS[protocol],
                     dport=port,
                 )
-                for message in self._tables[version].dump(tuple_orig=to_port):
+                for message in self._table(version).dump(tuple_orig=to_port):
                     flow = decode_flow(message)
                     if flow is not None:
                         found.append(flow)

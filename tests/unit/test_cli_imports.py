@@ -59,6 +59,26 @@ def _pyroute2_modules(module: str, then: str) -> list[int]:
     return [int(line) for line in done.stdout.split()]
 
 
+# What only making the dummy link or flushing flows needs: loaded at its first use.
+FIRST_USE = """
+import importlib, sys
+importlib.import_module("ipvsproxy.cli")
+print(" ".join(sorted(set(sys.argv[1:]) & set(sys.modules))))
+"""
+
+
+def test_the_command_line_loads_neither_iproute_nor_conntrack_before_they_are_used() -> None:
+    wanted = ("pyroute2.iproute.linux", "pyroute2.conntrack", "pyroute2.netlink.generic.ipvs")
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_USE, *wanted],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # The IPVS messages are needed by every sync.
+    assert done.stdout.split() == ["pyroute2.netlink.generic.ipvs"]
+
+
 def test_the_kernel_layer_loads_pyroute2_s_submodules_it_uses_and_not_the_rest() -> None:
     lean, whole = _pyroute2_modules("ipvsproxy.kernel.bundle", "from pyroute2 import IPRoute")
     assert 0 < lean < whole
