@@ -261,6 +261,17 @@ class PersistentSet(Set[T]):
         return f"PersistentSet({set(self)!r})"
 
 
+# CPython (3.10 and later) makes a new empty frozenset, 216 bytes, at every frozenset() call.
+_EMPTY: frozenset[Any] = frozenset()
+
+
+def frozen_shared(items: Iterable[T]) -> frozenset[T]:
+    """``items`` as a frozenset, and the one shared empty frozenset when there are none: a
+    translation keeps several per service, most of them empty."""
+    made = frozenset(items)
+    return made if made else _EMPTY
+
+
 def frozen(items: Set[T]) -> frozenset[T]:
     """``items`` as a frozenset, without a Python call per member where it can."""
     if isinstance(items, frozenset):

@@ -37,6 +37,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
 )
 from ipvsproxy.names import PROXY_NAME_LABEL, SCHEDULER_ANNOTATION
+from ipvsproxy.persistent import frozen_shared
 from ipvsproxy.translate.endpoints import (
     HANDLED_ADDRESS_TYPES,
     AddressCache,
@@ -115,13 +116,13 @@ class _Building:
     def done(self) -> ServiceState:
         return ServiceState(
             servers=self.servers,
-            hairpin=frozenset(self.hairpin),
-            local_external=frozenset(self.local_external),
+            hairpin=frozen_shared(self.hairpin),
+            local_external=frozen_shared(self.local_external),
             firewalls=MappingProxyType(self.firewalls) if self.firewalls else NO_FIREWALLS,
-            no_local_endpoints=frozenset(self.no_local_endpoints),
+            no_local_endpoints=frozen_shared(self.no_local_endpoints),
             node_ports=MappingProxyType(self.node_ports) if self.node_ports else NO_NODE_PORTS,
             health_check=self.health_check,
-            node_checked=frozenset(self.node_checked),
+            node_checked=frozen_shared(self.node_checked),
             rejections=tuple(self.rejections),
         )
 
