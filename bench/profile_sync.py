@@ -28,7 +28,7 @@ from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.kernel.testing import FakeKernel
-from ipvsproxy.reconcile.reconciler import Reconciler
+from ipvsproxy.reconcile.reconciler import Reconciler, iptables_families
 from ipvsproxy.reconcile.state import KernelState
 from ipvsproxy.translate import Settings, translate
 
@@ -117,7 +117,9 @@ def main() -> None:
         observed: list[KernelState] = []
 
         def interleaved_read() -> None:
-            observed.append(reconciler.observe(tuple, lambda: wanted.virtual_servers))
+            observed.append(
+                reconciler.observe(tuple, lambda: wanted.virtual_servers, iptables_families(wanted))
+            )
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("first sync", lambda: reconciler.sync(wanted)),

@@ -89,8 +89,8 @@ def read_ipvs_between(
 ) -> tuple[IPVSTable, Mapping[VirtualServerKey, DesiredVirtualServer]]:
     """The IPVS table listed, then each virtual server's real servers read in turn,
     ``between`` run before each read (an incremental sync, say, so that it need not wait for
-    the whole table): what it wrote is read again at the end, so the table is as the kernel
-    holds it once ``between`` stops.
+    the whole table): what it wrote is read again right after it, so the table is as the
+    kernel holds it once ``between`` stops.
 
     With ``desired``, each virtual server is compared with its desired value as it is read,
     and those found ``in_sync`` are given with the value they matched: planning need not
@@ -101,7 +101,6 @@ def read_ipvs_between(
     back) is read again."""
     table: dict[VirtualServerKey, VirtualServerState] = {}
     as_desired: dict[VirtualServerKey, DesiredVirtualServer] = {}
-    written: set[VirtualServerKey] = set()
 
     def found(key: VirtualServerKey, state: VirtualServerState | None) -> None:
         as_desired.pop(key, None)
@@ -114,15 +113,19 @@ def read_ipvs_between(
             state = VirtualServerState(state.server, NO_REAL_SERVERS, state.stats)
         table[key] = state
 
+    def read_again(keys: Iterable[VirtualServerKey]) -> None:
+        for key in sorted(set(keys), key=VirtualServerKey.sort_key):
+            found(key, ipvs.virtual_server(key))
+
     for key, listed in ipvs.dump(real_servers=False).items():
-        written.update(_written_virtual_servers(between()))
+        # What a sync wrote is read again at once, while syncs still come through.
+        read_again(_written_virtual_servers(between()))
         found(key, ipvs.with_real_servers(listed, traffic=False))
-    written.update(_written_virtual_servers(between()))
+    written = set(_written_virtual_servers(between()))
     if desired is not None:
         newest = desired()
         written.update(key for key, wanted in as_desired.items() if newest.get(key) is not wanted)
-    for key in written:
-        found(key, ipvs.virtual_server(key))
+    read_again(written)
     return table, as_desired
 
 

@@ -143,6 +143,28 @@ def test_a_virtual_server_found_as_desired_when_read_is_compared_again_once_that
     )
 
 
+class ReadsLogged(FakeIPVS):
+    """Logs the virtual servers read one at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[VirtualServerKey] = []
+
+    def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
+        self.reads.append(key)
+        return super().virtual_server(key)
+
+    def with_real_servers(
+        self, listed: VirtualServerState, *, traffic: bool = True
+    ) -> VirtualServerState | None:
+        self.reads.append(listed.server.key)
+        return super().with_real_servers(listed, traffic=traffic)
+
+
+def ports(key: VirtualServerKey) -> int:
+    return key.port
+
+
 def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> None:
     keys = [VirtualServerKey(TransportProtocol.TCP, VIP, port) for port in (1, 2, 3)]
     wanted = {
@@ -151,7 +173,7 @@ def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> N
         )
         for key in keys
     }
-    ipvs = FakeIPVS()
+    ipvs = ReadsLogged()
     ipvs.apply([AddVirtualServer(VirtualServer(key)) for key in keys])
     ipvs.apply([AddRealServer(keys[0], POD_A), AddRealServer(keys[2], POD_B)])
     calls: list[int] = []
@@ -177,6 +199,8 @@ def test_the_read_between_syncs_gives_what_it_found_as_desired_at_the_end() -> N
 
     table, as_desired = read_ipvs_between(ipvs, between, lambda: wanted)
 
+    # What the sync wrote is read again before the read goes on.
+    assert ipvs.reads == [keys[0], *sorted(keys[:2], key=ports), keys[1], keys[2]]
     # The first read again after the sync, against its new value; the third differs.
     assert as_desired == {keys[0]: wanted[keys[0]], keys[1]: wanted[keys[1]]}
     held = ipvs.dump(traffic=False)
