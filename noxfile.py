@@ -169,11 +169,21 @@ def bench(session: nox.Session) -> None:
         help="measure ipvsproxy beside the real kube-proxy instead (bench.peer)",
     )
     parser.add_argument("--runs", default="3", help="with --peer: runs of each proxy per size")
+    parser.add_argument(
+        "--sync-period",
+        default="1h",
+        help="the daemon's --ipvs-sync-period (30s: its periodic full syncs in the window)",
+    )
+    parser.add_argument(
+        "--min-sync-period", help="with --peer: both proxies' minSyncPeriod (a labelled row)"
+    )
     args = parser.parse_args(session.posargs)
     _install(session, "bench")
     out = Path("bench-results")
     if args.peer:
         stream = ("--changes", args.changes or "80", "--rate", args.rate, "--burst", args.burst)
+        if args.min_sync_period:
+            stream = (*stream, "--min-sync-period", args.min_sync_period)
         _bench_peer(session, args.sizes, stream, args.runs, out)
         return
     manifests = out / "manifests"
@@ -187,7 +197,8 @@ def bench(session: nox.Session) -> None:
     # cluster, beside the kernel's table; the tests' 1 GB is too tight for them in turn.
     session.run(
         "python", "-m", "tests.lab", "--run", "python", "-m", "bench.lab_scale",
-        "--out", str(lab), "--changes", args.changes or "100", *files,
+        "--out", str(lab), "--changes", args.changes or "100",
+        "--daemon-sync-period", args.sync_period, *files,
         env={"IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM", "3G")},
     )  # fmt: skip
     host_load.append(_uptime())

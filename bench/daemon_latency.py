@@ -46,13 +46,13 @@ CHANGE_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 3600.0
 # The daemon's log line for a full sync that ended (text format).
 FULL_SYNC_LOGGED = 'synced mode="full"'
+# No periodic full sync inside the window unless asked (``measure_daemon``'s sync_period).
+NO_FULL_SYNC = "1h"
 DAEMON_FLAGS = (
     "--hostname-override",
     NODE_NAME,
     "--ipvs-min-sync-period",
     "0s",
-    "--ipvs-sync-period",
-    "1h",
     "--metrics-bind-address",
     "127.0.0.1:0",
     "--healthz-bind-address",
@@ -167,7 +167,9 @@ def _address(text: str) -> IPAddress:
     return ipaddress.ip_address(text)
 
 
-def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
+def measure_daemon(manifest: Path, changes: int, sync_period: str = NO_FULL_SYNC) -> dict[str, Any]:
+    """``sync_period``: the daemon's --ipvs-sync-period (30s puts its periodic full syncs
+    inside the window)."""
     services = int(manifest.stem.rsplit("-", 1)[-1])
     folder = Path(tempfile.mkdtemp(prefix="ipvsproxy-bench-"))
     api = LabApiServer(folder).start()
@@ -176,13 +178,15 @@ def measure_daemon(manifest: Path, changes: int) -> dict[str, Any]:
         # The fake server's copy of the cluster lives as long as this process: out of the
         # cyclic GC's sight, so no full collection of it falls inside a timed change.
         gc.freeze()
-        return _measure_watching(api, services, changes, folder / "daemon.log")
+        return _measure_watching(api, services, changes, folder / "daemon.log", sync_period)
     finally:
         api.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _measure_watching(api: LabApiServer, services: int, changes: int, log: Path) -> dict[str, Any]:
+def _measure_watching(
+    api: LabApiServer, services: int, changes: int, log: Path, sync_period: str
+) -> dict[str, Any]:
     with log.open("wb") as log_file:
         daemon = subprocess.Popen(
             [
@@ -193,6 +197,8 @@ def _measure_watching(api: LabApiServer, services: int, changes: int, log: Path)
                 "--kubeconfig",
                 str(api.kubeconfig),
                 *DAEMON_FLAGS,
+                "--ipvs-sync-period",
+                sync_period,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log_file,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import NODE_NAME
-from bench.daemon_latency import daemon_available, measure_daemon
+from bench.daemon_latency import NO_FULL_SYNC, daemon_available, measure_daemon
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.model import DUMMY_INTERFACE, DesiredState
@@ -190,7 +190,7 @@ def wall_and_cpu(action: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def measure(manifest: Path, changes: int, once: bool) -> dict[str, Any]:
+def measure(manifest: Path, changes: int, once: bool, sync_period: str) -> dict[str, Any]:
     # Our own copy of the cluster, read with json: what is measured is the tools and ipvsproxy.
     snapshot, _ = snapshot_from_objects(json.loads(manifest.read_text())["items"], NODE_NAME)
     desired = translate(snapshot, Settings())
@@ -206,7 +206,7 @@ def measure(manifest: Path, changes: int, once: bool) -> dict[str, Any]:
     if once:
         steps.insert(1, ("sync --once twice", lambda: measure_once(manifest)))
     if daemon_available():
-        steps.append(("ipvsproxy run", lambda: measure_daemon(manifest, changes)))
+        steps.append(("ipvsproxy run", lambda: measure_daemon(manifest, changes, sync_period)))
     failures = []
     for number, (name, step) in enumerate(steps):
         log(f"{manifest.name}: {name}")
@@ -218,6 +218,7 @@ def measure(manifest: Path, changes: int, once: bool) -> dict[str, Any]:
             failures.append(f"{name}: {error}")
         log(f"{manifest.name}: {name}: done")
     figures["daemon"] = "measured" if daemon_available() else "not available"
+    figures["daemon_sync_period"] = sync_period
     figures["failures"] = failures
     return figures
 
@@ -231,12 +232,19 @@ def main() -> None:
         action="store_true",
         help="leave out sync --once (its manifest loader can exhaust the lab's memory maps)",
     )
+    parser.add_argument(
+        "--daemon-sync-period",
+        default=NO_FULL_SYNC,
+        help="the daemon's --ipvs-sync-period (30s: its periodic full syncs in the window)",
+    )
     parser.add_argument("manifests", type=Path, nargs="+")
     args = parser.parse_args()
     results: dict[str, Any] = {"sizes": {}}
     for manifest in args.manifests:
         services = manifest.stem.rsplit("-", 1)[-1]
-        results["sizes"][services] = measure(manifest, args.changes, not args.skip_once)
+        results["sizes"][services] = measure(
+            manifest, args.changes, not args.skip_once, args.daemon_sync_period
+        )
         # Written after each size, so a boot that dies late keeps what it measured.
         args.out.write_text(json.dumps(results, indent=2))
     results["lab_loadavg"] = Path("/proc/loadavg").read_text().split()[:3]

@@ -203,6 +203,8 @@ ROWS: tuple[Row, ...] = (
     ("reconciler resync: wall s / CPU s / writes", _triple),
     ("translate + diff, CPU s (outside the lab)", lambda f: f["translate_diff_cpu_s"]),
     ("one-change latency p50 / p99, ms", lambda f: _pair(f["latency_p50_ms"], f["latency_p99_ms"])),
+    # 1h: no periodic full sync inside the changes' window; 30s: the chart's, inside it.
+    ("  daemon's --ipvs-sync-period", lambda f: f.get("daemon_sync_period")),
     *(
         (f"  {kind.replace('_', ' ')} p50 / p99, ms", partial(_change_latency, kind=kind))
         for kind in ("service_added", "endpoint_changed", "service_deleted")
