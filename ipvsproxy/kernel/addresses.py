@@ -138,7 +138,9 @@ class NetlinkAddresses:
 
     def _links(self) -> IPRoute:
         if self._route is None:
-            self._route = IPRoute()
+            from pyroute2.iproute.linux import IPRoute as Links  # noqa: PLC0415
+
+            self._route = Links()
         return self._route
 
     def __enter__(self) -> NetlinkAddresses:

@@ -31,7 +31,7 @@ class SeededConntrack(NetlinkConntrack):
     def add_flow(self, flow: Flow) -> None:
         """Write a flow into the table, as if its first packet had been NATed."""
         original = original_tuple(flow)
-        self._tables[flow.client.version].entry(
+        self._table(flow.client.version).entry(
             "add",
             timeout=SEEDED_FLOW_TIMEOUT,
             tuple_orig=original,
@@ -47,8 +47,8 @@ class SeededConntrack(NetlinkConntrack):
 
     def flows(self) -> frozenset[Flow]:
         found = set()
-        for table in self._tables.values():
-            for message in table.dump():
+        for version in (4, 6):
+            for message in self._table(version).dump():
                 flow = decode_flow(message)
                 if flow is not None:
                     found.add(flow)
