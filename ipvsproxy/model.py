@@ -528,6 +528,15 @@ IPVSOp = (
     | UpdateRealServer
     | DeleteRealServer
 )
+# The same classes, for isinstance().
+IPVS_OPS = (
+    AddVirtualServer,
+    UpdateVirtualServer,
+    DeleteVirtualServer,
+    AddRealServer,
+    UpdateRealServer,
+    DeleteRealServer,
+)
 
 
 def virtual_of(op: IPVSOp) -> VirtualServerKey:

@@ -9,9 +9,8 @@ from typing import assert_never
 
 from ipvsproxy.kernel.protocols import KERNEL_ERRORS, Kernel, refusal
 from ipvsproxy.model import (
+    IPVS_OPS,
     AddIPSetEntries,
-    AddRealServer,
-    AddVirtualServer,
     BatchResult,
     CreateIPSet,
     DeleteIPSetEntries,
@@ -25,8 +24,6 @@ from ipvsproxy.model import (
     PlanOp,
     ReplaceIPSet,
     RestoreIptables,
-    UpdateRealServer,
-    UpdateVirtualServer,
     VirtualServerKey,
     virtual_of,
 )
@@ -37,15 +34,6 @@ from ipvsproxy.reconcile.syncplan import SyncPlan
 Progress = Callable[[int, int], None]
 # How many IPVS changes go to the kernel between two reports of progress.
 PROGRESS_STEP = 1000
-
-IPVS_OPS = (
-    AddVirtualServer,
-    UpdateVirtualServer,
-    DeleteVirtualServer,
-    AddRealServer,
-    UpdateRealServer,
-    DeleteRealServer,
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from types import MappingProxyType
 
 from ipvsproxy.kernel.protocols import ErrorClass, error_class, refusal_reason
 from ipvsproxy.model import (
+    IPVS_OPS,
     AddIPSetEntries,
     AddVirtualServer,
     DesiredChange,
@@ -46,7 +47,7 @@ from ipvsproxy.model import (
     VirtualServerKey,
     virtual_of,
 )
-from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure
+from ipvsproxy.reconcile.apply import ApplyOutcome, Failure
 from ipvsproxy.reconcile.held import (
     Held,
     IPSetMember,

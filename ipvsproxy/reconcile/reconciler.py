@@ -16,6 +16,7 @@ from types import MappingProxyType
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    IPVS_OPS,
     DeleteVirtualServer,
     DesiredChange,
     DesiredState,
@@ -31,7 +32,7 @@ from ipvsproxy.model import (
     VirtualServerState,
     virtual_of,
 )
-from ipvsproxy.reconcile.apply import IPVS_OPS, ApplyOutcome, Failure, Progress, apply_plan
+from ipvsproxy.reconcile.apply import ApplyOutcome, Failure, Progress, apply_plan
 from ipvsproxy.reconcile.drift import AppliedRecord, count_drift, record_applied
 from ipvsproxy.reconcile.graceful import DEFAULT_GRACE_PERIOD, Drain
 from ipvsproxy.reconcile.held import quarantinable

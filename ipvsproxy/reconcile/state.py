@@ -11,14 +11,11 @@ from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.kernel.protocols import IPVSKernel, Kernel, SysctlKernel, as_listed
 from ipvsproxy.model import (
     DUMMY_INTERFACE,
+    IPVS_OPS,
     AddIPSetEntries,
-    AddRealServer,
-    AddVirtualServer,
     BindAddress,
     CreateIPSet,
     DeleteIPSetEntries,
-    DeleteRealServer,
-    DeleteVirtualServer,
     DesiredVirtualServer,
     EnsureInterface,
     IPAddress,
@@ -33,8 +30,6 @@ from ipvsproxy.model import (
     SetIPVSTimeouts,
     SetSysctl,
     UnbindAddress,
-    UpdateRealServer,
-    UpdateVirtualServer,
     VirtualServerKey,
     VirtualServerState,
     virtual_of,
@@ -130,17 +125,7 @@ def read_ipvs_between(
 
 
 def _written_virtual_servers(ops: Iterable[PlanOp]) -> Iterator[VirtualServerKey]:
-    for op in ops:
-        match op:
-            case (
-                AddVirtualServer()
-                | UpdateVirtualServer()
-                | DeleteVirtualServer()
-                | AddRealServer()
-                | UpdateRealServer()
-                | DeleteRealServer()
-            ):
-                yield virtual_of(op)
+    return (virtual_of(op) for op in ops if isinstance(op, IPVS_OPS))
 
 
 def replayed(state: KernelState, ops: Iterable[PlanOp]) -> KernelState:
