@@ -190,9 +190,9 @@ def observe(
 
     ``iptables``: the families whose rules the sync will restore, read ahead meanwhile (the
     rules are not part of the state: the iptables layer compares them as it restores)."""
-    for family in iptables:
-        kernel.iptables.read_ahead(family)
     if between is None:
+        for family in iptables:
+            kernel.iptables.read_ahead(family)
         # Planning reads real servers and their connections, never their traffic.
         return _read_all_but_ipvs(kernel, interface, lambda: None, kernel.ipvs.dump(traffic=False))
     applied: list[PlanOp] = []
@@ -202,6 +202,10 @@ def observe(
         applied.extend(ops)
         return ops
 
+    for family in iptables:
+        # Starting a process costs tens of ms in the lab: syncs come due between two.
+        step()
+        kernel.iptables.read_ahead(family)
     rest = _read_all_but_ipvs(kernel, interface, step)
     table, as_desired = read_ipvs_between(kernel.ipvs, step, desired)
     return replace(replayed(rest, applied), ipvs=table, ipvs_as_desired=as_desired)

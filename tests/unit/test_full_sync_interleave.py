@@ -57,8 +57,9 @@ def vip(index: int) -> VirtualServerKey:
     return VirtualServerKey(TransportProtocol.TCP, ip_address(f"10.96.0.{index + 1}"), 80)
 
 
-# Calls of ``due`` before the IPVS table is listed: one before each of the kernel's other reads.
-BEFORE_IPVS = 6
+# Calls of ``due`` before the IPVS table is listed: one before each family's iptables-save
+# is started (IPv4 and IPv6), and one before each of the kernel's other reads.
+BEFORE_IPVS = 8
 
 
 class Due:
