@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from ipaddress import ip_address
 from typing import Any
 
@@ -101,6 +101,11 @@ class RecordingIPVS:
         self._check()
         self.dumps += 1
         return self.fake.dump(real_servers=real_servers, traffic=traffic)
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        self._check()
+        self.dumps += 1
+        return self.fake.listed()
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         self._check()

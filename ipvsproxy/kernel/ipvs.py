@@ -12,7 +12,7 @@ import ipaddress
 import socket
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, assert_never
 
 from pyroute2.netlink.generic import ipvs as genl_ipvs
@@ -361,14 +361,21 @@ class NetlinkIPVS:
         so these requests cannot be batched as writes are; without ``real_servers`` there
         is only the first.
         """
-        table: dict[VirtualServerKey, VirtualServerState] = {}
-        for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
-            state = self._state(
-                _reply(message, "IPVS_CMD_ATTR_SERVICE"), real_servers=real_servers, traffic=traffic
+        if not real_servers:
+            return {listed.server.key: listed for listed in self.listed()}
+        return {
+            listed.server.key: VirtualServerState(
+                listed.server, self._real_servers(listed.server.key, traffic=traffic), listed.stats
             )
+            for listed in self.listed()
+        }
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        """One dump request; each reply decoded as the iteration reaches it."""
+        for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
+            state = self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"), real_servers=False)
             if state is not None:
-                table[state.server.key] = state
-        return table
+                yield state
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         """One GET_SERVICE for the service, one GET_DEST dump for its destinations."""
@@ -423,6 +430,9 @@ class AbsentIPVS:
 
     def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         return {}
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        return iter(())
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         return None

@@ -11,7 +11,7 @@ caller believed, or a refusal of that one object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +72,12 @@ class IPVSKernel(Protocol):
         """
         ...
 
+    def listed(self) -> Iterator[VirtualServerState]:
+        """The virtual servers of ``dump(real_servers=False)``, in its order, each decoded
+        only as the iteration reaches it: a caller that does other work between two (a full
+        sync letting changes through) need not wait for the whole table's decoding."""
+        ...
+
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         """One virtual server with its real servers and counters, as ``dump`` would give it,
         without reading the rest of the table; None when the kernel has no such one."""
@@ -80,10 +86,10 @@ class IPVSKernel(Protocol):
     def with_real_servers(
         self, listed: VirtualServerState, *, traffic: bool = True
     ) -> VirtualServerState | None:
-        """``listed`` (from ``dump(real_servers=False)``) with its real servers and their
-        counters read now, as ``virtual_server`` would give them but without reading the
-        virtual server again (``traffic`` as for ``dump``); None when the kernel no longer
-        has it."""
+        """``listed`` (from ``listed()`` or ``dump(real_servers=False)``) with its real
+        servers and their counters read now, as ``virtual_server`` would give them but
+        without reading the virtual server again (``traffic`` as for ``dump``); None when the
+        kernel no longer has it."""
         ...
 
     def apply(self, ops: Sequence[IPVSOp]) -> BatchResult:

@@ -82,7 +82,8 @@ DesiredNow = Callable[[], Mapping[VirtualServerKey, DesiredVirtualServer]]
 def read_ipvs_between(
     ipvs: IPVSKernel, between: Between, desired: DesiredNow | None = None
 ) -> tuple[IPVSTable, Mapping[VirtualServerKey, DesiredVirtualServer]]:
-    """The IPVS table listed, then each virtual server's real servers read in turn,
+    """The IPVS table listed (each virtual server decoded in turn), then each one's real
+    servers read,
     ``between`` run before each read (an incremental sync, say, so that it need not wait for
     the whole table): what it wrote is read again right after it, so the table is as the
     kernel holds it once ``between`` stops.
@@ -112,10 +113,10 @@ def read_ipvs_between(
         for key in sorted(set(keys), key=VirtualServerKey.sort_key):
             found(key, ipvs.virtual_server(key))
 
-    for key, listed in ipvs.dump(real_servers=False).items():
+    for listed in ipvs.listed():
         # What a sync wrote is read again at once, while syncs still come through.
         read_again(_written_virtual_servers(between()))
-        found(key, ipvs.with_real_servers(listed, traffic=False))
+        found(listed.server.key, ipvs.with_real_servers(listed, traffic=False))
     written = set(_written_virtual_servers(between()))
     if desired is not None:
         newest = desired()

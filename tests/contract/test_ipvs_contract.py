@@ -184,6 +184,24 @@ def test_one_virtual_server_reads_back_as_the_dump_has_it_and_only_it(
 
 
 @pytest.mark.parametrize("family", [4, 6])
+def test_the_listing_holds_the_dump_without_real_servers_as_of_its_first_step(
+    ipvs: IPVSKernel, family: int
+) -> None:
+    first, second, later = (VirtualServer(_key(family, port=port)) for port in (80, 443, 8443))
+    ipvs.apply(
+        [AddVirtualServer(first), AddRealServer(first.key, _real(family)), AddVirtualServer(second)]
+    )
+    dumped = ipvs.dump(real_servers=False)
+    listing = ipvs.listed()
+    taken = [next(listing)]
+    assert ipvs.apply([DeleteVirtualServer(second.key), AddVirtualServer(later)]) == [None, None]
+    taken += listing
+
+    assert taken == list(dumped.values())
+    assert all(not state.real_servers for state in taken)
+
+
+@pytest.mark.parametrize("family", [4, 6])
 def test_a_listed_virtual_server_gets_the_real_servers_it_has_when_read(
     ipvs: IPVSKernel, family: int
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -97,6 +97,9 @@ class RefusingIPVS:
 
     def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         return self.inner.dump(real_servers=real_servers, traffic=traffic)
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        return self.inner.listed()
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         return self.inner.virtual_server(key)

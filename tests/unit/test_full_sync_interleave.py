@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
@@ -285,7 +285,7 @@ def test_whatever_comes_due_where_the_kernel_ends_as_a_fresh_proxy_would_program
 
 class ListingIPVS(RecordingIPVS):
     """Calls ``on_read`` with the count of virtual servers read since the table was last
-    listed without real servers (as a full sync that lets changes through reads it)."""
+    listed (as a full sync that lets changes through reads it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -293,11 +293,10 @@ class ListingIPVS(RecordingIPVS):
         self.read_since_listing = 0
         self.on_read: Callable[[int], None] = lambda _: None
 
-    def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
-        if not real_servers:
-            self.listings += 1
-            self.read_since_listing = 0
-        return super().dump(real_servers=real_servers, traffic=traffic)
+    def listed(self) -> Iterator[VirtualServerState]:
+        self.listings += 1
+        self.read_since_listing = 0
+        return super().listed()
 
     def with_real_servers(
         self, listed: VirtualServerState, *, traffic: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -77,6 +77,10 @@ class FakeIPVS:
         # No traffic passes through the fake: its statistics are always zero.
         with self._lock:
             return {key: entry.state(real_servers) for key, entry in self._table.items()}
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        # Read at the first step, as a netlink dump is.
+        yield from self.dump(real_servers=False).values()
 
     def virtual_server(self, key: VirtualServerKey) -> VirtualServerState | None:
         with self._lock:
