@@ -585,6 +585,14 @@ class IPVSTimeouts:
     tcp_fin: int = 0
     udp: int = 0
 
+    def set_over(self, held: IPVSTimeouts) -> IPVSTimeouts:
+        """What the kernel holds once these are set over ``held`` (0 leaves one as it is)."""
+        return IPVSTimeouts(
+            tcp=self.tcp or held.tcp,
+            tcp_fin=self.tcp_fin or held.tcp_fin,
+            udp=self.udp or held.udp,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SetIPVSTimeouts:

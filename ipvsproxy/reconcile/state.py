@@ -44,7 +44,7 @@ NO_REAL_SERVERS: Mapping[RealServerKey, RealServerState] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class KernelState:
-    ipvs: IPVSTable = field(default_factory=lambda: MappingProxyType({}))
+    ipvs: IPVSTable = field(default_factory=lambda: NOTHING_READ)
     # Virtual servers found in sync with these desired values when read (see
     # ``read_ipvs_between``): their entries in ``ipvs`` keep no real servers, and planning
     # does not compare them again.
@@ -159,11 +159,7 @@ def replayed(state: KernelState, ops: Iterable[PlanOp]) -> KernelState:
             case SetSysctl(name, value) if sysctls is not None:
                 sysctls[name] = value
             case SetIPVSTimeouts(wanted) if timeouts is not None:
-                timeouts = IPVSTimeouts(
-                    tcp=wanted.tcp or timeouts.tcp,
-                    tcp_fin=wanted.tcp_fin or timeouts.tcp_fin,
-                    udp=wanted.udp or timeouts.udp,
-                )
+                timeouts = wanted.set_over(timeouts)
             case EnsureInterface():
                 interface_exists = True
     return replace(

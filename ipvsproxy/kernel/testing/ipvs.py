@@ -67,11 +67,7 @@ class FakeIPVS:
         return self._timeouts
 
     def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
-        self._timeouts = IPVSTimeouts(
-            tcp=timeouts.tcp or self._timeouts.tcp,
-            tcp_fin=timeouts.tcp_fin or self._timeouts.tcp_fin,
-            udp=timeouts.udp or self._timeouts.udp,
-        )
+        self._timeouts = timeouts.set_over(self._timeouts)
 
     def dump(self, *, real_servers: bool = True, traffic: bool = True) -> IPVSTable:
         # No traffic passes through the fake: its statistics are always zero.
