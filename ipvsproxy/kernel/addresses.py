@@ -189,6 +189,11 @@ class NetlinkAddresses:
     def all_addresses(self) -> frozenset[IPAddress]:
         return frozenset(address for _, address in self._dump())
 
+    def listed(self, name: str) -> Iterator[tuple[IPAddress, bool]]:
+        index = self._index(name)
+        for owner, address in self._dump():
+            yield address, owner == index
+
     def local_addresses(self, except_interface: str) -> frozenset[IPAddress]:
         """Read again only when the kernel announced a change on another interface: the dump
         holds every service address too, and a sync that binds none need not walk them."""

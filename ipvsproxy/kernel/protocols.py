@@ -11,7 +11,7 @@ caller believed, or a refusal of that one object.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -125,6 +125,14 @@ class AddressKernel(Protocol):
         with another interface included): the node's own, as kube-proxy lists them."""
         ...
 
+    def listed(self, name: str) -> Iterator[tuple[IPAddress, bool]]:
+        """Every address of ``all_addresses``, each with whether it is on ``name`` (those
+        of ``addresses(name)``), from one reading at the first step, each decoded only as
+        the iteration reaches it: a caller that does other work between two (a full sync
+        letting changes through) need not wait for 10,000 service addresses' decoding. An
+        address on two interfaces comes twice."""
+        ...
+
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult: ...
 
 
@@ -138,10 +146,27 @@ def as_listed(spec: IPSetSpec) -> IPSetSpec:
     return IPSetSpec(spec.name, spec.set_type, family, options=spec.options)
 
 
+def merged_sets(parts: Iterable[IPSetContent]) -> dict[str, IPSetContent]:
+    """The sets of ``IPSetKernel.listed``'s parts: each set's entries, from all its parts."""
+    specs: dict[str, IPSetSpec] = {}
+    entries: dict[str, set[str]] = {}
+    for part in parts:
+        specs.setdefault(part.spec.name, part.spec)
+        entries.setdefault(part.spec.name, set()).update(part.entries)
+    return {name: IPSetContent(spec, frozenset(entries[name])) for name, spec in specs.items()}
+
+
 class IPSetKernel(Protocol):
     def list_sets(self) -> Mapping[str, IPSetContent]:
         """Our sets (``as_listed``), each entry in ipset(8)'s syntax as Python prints its
         addresses: the form translate writes them in, so equal entries compare equal."""
+        ...
+
+    def listed(self) -> Iterator[IPSetContent]:
+        """The sets of ``list_sets`` from one reading at the first step, in parts decoded
+        only as the iteration reaches each (``merged_sets`` joins them): a set comes whole or
+        in several parts in a row, each with its spec and some of its entries, so that a
+        caller doing other work between two need not wait for 10,000 entries' decoding."""
         ...
 
     def create(self, spec: IPSetSpec) -> None: ...

@@ -86,3 +86,21 @@ def test_local_addresses_are_every_other_interfaces(addresses: AddressKernel) ->
     addresses.apply(TEST_INTERFACE, [UnbindAddress(V4)])
     assert V4 not in addresses.local_addresses("kube-ipvs0")
     assert V6 in addresses.local_addresses("kube-ipvs0")
+
+
+def test_a_listing_is_the_kernels_as_of_its_first_step(addresses: AddressKernel) -> None:
+    """Every address, each told apart by whether it is on the named interface; what changes
+    after the first step is not seen."""
+    addresses.ensure_interface(TEST_INTERFACE)
+    other = ipaddress.ip_address("10.96.0.11")
+    addresses.apply(TEST_INTERFACE, [BindAddress(V4), BindAddress(V6)])
+    every, on_interface = addresses.all_addresses(), addresses.addresses(TEST_INTERFACE)
+
+    listing = addresses.listed(TEST_INTERFACE)
+    taken = [next(listing)]
+    assert addresses.apply(TEST_INTERFACE, [UnbindAddress(V4), BindAddress(other)]) == [None] * 2
+    taken += listing
+
+    assert {address for address, _ in taken} == every
+    assert {address for address, on in taken if on} == on_interface == {V4, V6}
+    assert addresses.addresses(TEST_INTERFACE) == {V6, other}

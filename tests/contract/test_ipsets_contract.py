@@ -8,8 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from ipvsproxy.kernel.errors import IPSetError
+from ipvsproxy.kernel.ipset.netlink import NetlinkIPSets
 from ipvsproxy.kernel.ipset.refusals import IPSET_MESSAGES
-from ipvsproxy.kernel.protocols import IPSetKernel, as_listed
+from ipvsproxy.kernel.protocols import IPSetKernel, as_listed, merged_sets
 from ipvsproxy.model import BatchResult, IPFamily, IPSetContent, IPSetSpec
 
 V4, V6 = IPFamily.IPV4, IPFamily.IPV6
@@ -129,6 +130,33 @@ def test_many_entries_in_one_call(ipsets: IPSetKernel) -> None:
     assert ipsets.list_sets()[CLUSTER_IP.name].entries == set(entries)
     assert ipsets.delete(CLUSTER_IP.name, entries[::2]) == [None] * 1000
     assert ipsets.list_sets()[CLUSTER_IP.name].entries == set(entries[1::2])
+
+
+def test_a_listing_in_parts_is_the_kernels_as_of_its_first_step(ipsets: IPSetKernel) -> None:
+    """Parts join into ``list_sets``, each set's in a row; what changes after the first part
+    is not seen. The kernel sends a set of 2,000 entries in several messages, each a part."""
+    entries = [f"10.96.{i // 250}.{i % 250 + 1},tcp:{1000 + i}" for i in range(2000)]
+    small = EVERY_TYPE[0]
+    ipsets.create(CLUSTER_IP)
+    ipsets.add(CLUSTER_IP.name, entries)
+    ipsets.replace(small)
+    before = ipsets.list_sets()
+
+    listing = ipsets.listed()
+    parts = [next(listing)]
+    assert ipsets.delete(CLUSTER_IP.name, entries[:10]) == [None] * 10
+    ipsets.destroy(small.spec.name)
+    ipsets.create(IPSetSpec("IPVSP-T-LATER", "hash:ip", V4))
+    parts += listing
+
+    assert merged_sets(parts) == before
+    names = [part.spec.name for part in parts]
+    # Each set's parts in a row: a set left is never come back to.
+    runs = [name for index, name in enumerate(names) if not index or names[index - 1] != name]
+    assert len(runs) == len(set(runs))
+    if isinstance(ipsets, NetlinkIPSets):
+        assert names.count(CLUSTER_IP.name) > 1
+    assert ipsets.list_sets()[CLUSTER_IP.name].entries == set(entries[10:])
 
 
 def test_replace_makes_the_set_hold_exactly_the_content(ipsets: IPSetKernel) -> None:

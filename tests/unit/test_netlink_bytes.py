@@ -23,7 +23,8 @@ from pyroute2.netlink.nfnetlink.nfctsocket import nfct_msg
 
 from ipvsproxy.kernel import addresses, ipvs
 from ipvsproxy.kernel.conntrack import decode_flow
-from ipvsproxy.kernel.ipset.codec import decode_list
+from ipvsproxy.kernel.ipset.codec import decode_parts
+from ipvsproxy.kernel.protocols import merged_sets
 from tests.netlink.cases import CASES, Case, Context, Same
 from tests.netlink.tree import NLMSG_HEADER_SIZE, Leaf, leaves, message_leaves
 
@@ -112,7 +113,7 @@ def _decoded(state: str, messages: list[bytes]) -> set[object]:
     if state.startswith("ipvs"):
         return _ipvs_objects(messages)
     if state == "ipset":
-        return set(decode_list(messages).values())
+        return set(merged_sets(decode_parts(messages)).values())
     if state == "addresses":
         found = (addresses.decode_address(message) for message in messages)
         return {entry[1] for entry in found if entry and entry[0] == CONTEXT.interface}

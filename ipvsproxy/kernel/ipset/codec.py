@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from pyroute2.netlink.nfnetlink import ipset as nfipset
 
@@ -198,22 +198,21 @@ def reply_spec(fields: dict[int, bytes]) -> IPSetSpec:
     )
 
 
-def decode_list(messages: Iterable[bytes]) -> dict[str, IPSetContent]:
-    """The sets and entries of the kernel's answer to IPSET_CMD_LIST."""
+def decode_parts(messages: Iterable[bytes]) -> Iterator[IPSetContent]:
+    """The sets of the kernel's answer to IPSET_CMD_LIST, a part per message, each decoded as
+    the iteration reaches it: a large set comes in several messages, in a row, and only the
+    first names its type and family."""
     specs: dict[str, IPSetSpec] = {}
-    entries: dict[str, set[str]] = {}
-    # A large set comes in several messages; only the first names its type and family.
     for message in messages:
         fields = reply_attributes(message)
         name = decode_text(fields[ATTR["IPSET_ATTR_SETNAME"]])
         if ATTR["IPSET_ATTR_TYPENAME"] in fields:
             specs[name] = reply_spec(fields)
-        members = entries.setdefault(name, set())
-        for _, data in attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b"")):
-            members.add(format_entry(data))
-    return {
-        name: IPSetContent(spec, frozenset(entries.get(name, ()))) for name, spec in specs.items()
-    }
+        spec = specs.get(name)
+        if spec is None:
+            continue
+        members = attributes(fields.get(ATTR["IPSET_ATTR_ADT"], b""))
+        yield IPSetContent(spec, frozenset(format_entry(data) for _, data in members))
 
 
 def nfproto(spec: IPSetSpec) -> int:

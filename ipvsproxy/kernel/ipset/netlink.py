@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_IPSET
 from pyroute2.netlink.nfnetlink import ipset as nfipset
@@ -20,7 +20,7 @@ from ipvsproxy.kernel.errors import IPSetError
 from ipvsproxy.kernel.ipset.codec import (
     ATTR,
     create_body,
-    decode_list,
+    decode_parts,
     entry_data,
     nfproto,
     reply_attributes,
@@ -45,6 +45,7 @@ from ipvsproxy.kernel.netlink import (
     NLM_F_DUMP,
     BatchSocket,
 )
+from ipvsproxy.kernel.protocols import merged_sets
 from ipvsproxy.model import BatchResult, IPSetContent, IPSetSpec, OpError
 
 
@@ -76,7 +77,12 @@ class NetlinkIPSets:
         return self._socket.request((NFNL_SUBSYS_IPSET << 8) | command, flags, body)
 
     def list_sets(self) -> Mapping[str, IPSetContent]:
-        return decode_list(self._request(nfipset.IPSET_CMD_LIST, request_body(None), NLM_F_DUMP))
+        return merged_sets(self.listed())
+
+    def listed(self) -> Iterator[IPSetContent]:
+        yield from decode_parts(
+            self._request(nfipset.IPSET_CMD_LIST, request_body(None), NLM_F_DUMP)
+        )
 
     def _spec(self, name: str) -> IPSetSpec | None:
         """The type and family of one set, from its header alone."""

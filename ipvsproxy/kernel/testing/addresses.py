@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from ipvsproxy.kernel.errors import refused
 from ipvsproxy.model import AddressOp, BatchResult, BindAddress, IPAddress
@@ -34,6 +34,13 @@ class FakeAddresses:
         return frozenset().union(
             *(found for name, found in self._interfaces.items() if name != except_interface)
         )
+
+    def listed(self, name: str) -> Iterator[tuple[IPAddress, bool]]:
+        # Read at the first step, as a netlink dump is.
+        found = [
+            (address, owner == name) for owner, held in self._interfaces.items() for address in held
+        ]
+        yield from found
 
     def apply(self, name: str, ops: Sequence[AddressOp]) -> BatchResult:
         bound = self._interfaces.get(name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from ipvsproxy.kernel.ipset.entries import same_kind
 from ipvsproxy.kernel.ipset.refusals import (
@@ -34,6 +34,10 @@ class FakeIPSets:
             name: IPSetContent(as_listed(spec), frozenset(self._entries[name]))
             for name, spec in self._specs.items()
         }
+
+    def listed(self) -> Iterator[IPSetContent]:
+        # Read at the first step, as a netlink dump is.
+        yield from self.list_sets().values()
 
     def create(self, spec: IPSetSpec) -> None:
         checked(spec)
