@@ -74,7 +74,8 @@ ROOT_VETH, ROOT_SIDE = "bench-node", "192.168.0.254"
 # The API server allocates 10.96.0.1 to the `kubernetes` Service and refuses the network's
 # own address: the bench's services start after them.
 FIRST_INDEX = 2
-STARTUP_TIMEOUT = 1800.0
+# kube-proxy's first sync took 19 minutes at 5,000 Services, and grows faster than the cluster.
+STARTUP_TIMEOUT = 5400.0
 # A periodic sync comes within syncPeriod (30 s); this bounds a hung proxy, no timer.
 FULL_SYNC_TIMEOUT = 300.0
 APPLY = "application/apply-patch+yaml"

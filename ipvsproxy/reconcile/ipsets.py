@@ -14,6 +14,7 @@ from ipvsproxy.model import (
     IPSetOp,
     ReplaceIPSet,
 )
+from ipvsproxy.persistent import frozen
 
 
 def plan_ipsets(
@@ -26,7 +27,8 @@ def plan_ipsets(
     for name in sorted(desired):
         wanted = desired[name]
         current = actual.get(name)
-        entries = wanted.entries
+        # Made once in C (the desired entries may be a PersistentSet), not once per difference.
+        entries = frozen(wanted.entries)
         if current is None:
             ops.append(CreateIPSet(wanted.spec))
             have: AbstractSet[str] = frozenset()
@@ -34,7 +36,7 @@ def plan_ipsets(
             ops.append(ReplaceIPSet(wanted))
             continue
         else:
-            have = current.entries
+            have = frozen(current.entries)
         if missing := entries - have:
             ops.append(AddIPSetEntries(name, tuple(sorted(missing))))
         if extra := have - entries:
