@@ -10,8 +10,7 @@ Every byte read here is written by someone we do not trust, so reading and loadi
 * nesting deeper than ``MAX_DEPTH`` is refused (no Kubernetes object we read comes close);
 * duplicate mapping keys are reported rather than silently won by the last one.
 
-JSON goes through the json module and YAML through libyaml (``CSafeLoader``) where PyYAML was
-built with it: several times faster than PyYAML's pure-Python loader on large manifests.
+JSON goes through the json module and YAML through libyaml (``yaml_documents``).
 """
 
 from __future__ import annotations
@@ -21,17 +20,12 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import yaml
+from typing import Any
 
 MAX_DEPTH = 100
 # Containers a document may hold beyond one per byte of its text, before aliases count as
 # an expansion attack: a plain document has fewer containers than bytes.
 EXPANSION_ALLOWANCE = 1000
-
-_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class LoadError(ValueError):
@@ -119,71 +113,6 @@ class Documents:
         ]
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """A safe loader that records duplicate keys and reads timestamps as the strings they are.
-
-    Kubernetes decodes YAML into JSON types, so ``creationTimestamp`` stays a string.
-    """
-
-    yaml_implicit_resolvers: ClassVar[dict[Any, list[tuple[str, Any]]]] = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
-        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-    }
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.duplicate_keys: dict[int, list[str]] = {}
-
-    def construct_recorded_mapping(self, node: yaml.MappingNode) -> Iterator[dict[Any, Any]]:
-        data: dict[Any, Any] = {}
-        yield data
-        seen: set[str] = set()
-        repeated: list[str] = []
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
-                if key_node.value in seen:
-                    repeated.append(key_node.value)
-                seen.add(key_node.value)
-        data.update(self.construct_mapping(node))
-        if repeated:
-            self.duplicate_keys[id(data)] = repeated
-
-
-_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_recorded_mapping)
-
-
-def _mark(error: yaml.YAMLError, name: str = "problem_mark") -> str:
-    mark = getattr(error, name, None)
-    return f" at line {mark.line + 1}" if mark is not None else ""
-
-
-def yaml_error_line(error: yaml.YAMLError) -> str:
-    """A YAML error as one line that names where in the text it is, and where it began."""
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    context = getattr(error, "context", None)
-    began = f" ({context}{_mark(error, 'context_mark')})" if context else ""
-    return f"not valid YAML{_mark(error)}: {problem}{began}"
-
-
-def _load_yaml(text: str) -> Documents:
-    loader = _Loader(text)
-    documents: list[Any] = []
-    try:
-        while loader.check_data():
-            document = loader.get_data()
-            if document is not None:
-                documents.append(document)
-    except yaml.YAMLError as error:
-        if "maximum nesting depth" in str(error):
-            raise LoadError(f"nested deeper than {MAX_DEPTH} levels{_mark(error)}") from None
-        raise LoadError(yaml_error_line(error)) from None
-    except RecursionError:  # the pure-Python loader recurses where libyaml does not
-        raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from None
-    finally:
-        loader.dispose()
-    return Documents(documents, loader.duplicate_keys)
-
-
 def _load_json(text: str) -> Documents | None:
     """The JSON document, or None when the text is not JSON (it may still be YAML)."""
     duplicate_keys: dict[int, list[str]] = {}
@@ -236,6 +165,10 @@ def load_documents(text: str) -> Documents:
     """Every non-empty document of a YAML or JSON text; raises LoadError (one line)."""
     loaded = _load_json(text) if text.lstrip()[:1] in ("{", "[") else None
     if loaded is None:
-        loaded = _load_yaml(text)
+        # Imported here: PyYAML is a tenth of the command line's start in the lab, and a JSON
+        # manifest never needs it.
+        from ipvsproxy.yaml_documents import load_yaml  # noqa: PLC0415
+
+        loaded = load_yaml(text)
     _check_shape(loaded.documents, len(text) + EXPANSION_ALLOWANCE)
     return loaded

@@ -7,7 +7,6 @@ and translating the whole cluster again would cost a second process the daemon's
 
 from __future__ import annotations
 
-import http.client
 import os
 
 from ipvsproxy.config import parse_bind_address
@@ -37,6 +36,10 @@ def ask_daemon(
         host = "::1" if host == "::" else "127.0.0.1"
     path = PATH if service is None else f"{PATH}/{service.namespace}/{service.name}"
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    # Imported here: http.client brings email and ssl, a tenth of every command's start in the
+    # lab, for ``show`` alone.
+    import http.client  # noqa: PLC0415
+
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)

@@ -1,8 +1,8 @@
 """IPVS virtual servers: the real kernel over generic netlink (the fake: ``kernel.testing``).
 
-``NetlinkIPVS`` encodes requests with pyroute2's message classes but sends them through a
-``BatchSocket``, many per ``sendmsg``, so one refused op becomes that op's ``OpError`` while
-the rest still apply.
+``NetlinkIPVS`` encodes its requests itself (the kernel's numbers in ``ipvs_abi``) and sends
+them through a ``BatchSocket``, many per ``sendmsg``, so one refused op becomes that op's
+``OpError`` while the rest still apply.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, assert_never
 
-from pyroute2.netlink.generic import ipvs as genl_ipvs
-
+from ipvsproxy.kernel import ipvs_abi as abi
 from ipvsproxy.kernel.errors import IPVSUnavailable, refused
 from ipvsproxy.kernel.netlink import (
     BATCH_SIZE,
@@ -114,20 +113,20 @@ def _request(op: IPVSOp) -> tuple[int, int, list[tuple[str, Any]]]:
     match op:
         case AddVirtualServer(server):
             create = NLM_F_CREATE | NLM_F_EXCL
-            return genl_ipvs.IPVS_CMD_NEW_SERVICE, create, [(service, _nla(_service_attrs(server)))]
+            return abi.IPVS_CMD_NEW_SERVICE, create, [(service, _nla(_service_attrs(server)))]
         case UpdateVirtualServer(server):
-            return genl_ipvs.IPVS_CMD_SET_SERVICE, 0, [(service, _nla(_service_attrs(server)))]
+            return abi.IPVS_CMD_SET_SERVICE, 0, [(service, _nla(_service_attrs(server)))]
         case DeleteVirtualServer(key):
-            return genl_ipvs.IPVS_CMD_DEL_SERVICE, 0, _service_request(key)
+            return abi.IPVS_CMD_DEL_SERVICE, 0, _service_request(key)
         case AddRealServer(virtual, server):
             attrs = _dest_request(virtual, _dest_attrs(server))
-            return genl_ipvs.IPVS_CMD_NEW_DEST, NLM_F_CREATE | NLM_F_EXCL, attrs
+            return abi.IPVS_CMD_NEW_DEST, NLM_F_CREATE | NLM_F_EXCL, attrs
         case UpdateRealServer(virtual, server):
             attrs = _dest_request(virtual, _dest_attrs(server))
-            return genl_ipvs.IPVS_CMD_SET_DEST, 0, attrs
+            return abi.IPVS_CMD_SET_DEST, 0, attrs
         case DeleteRealServer(virtual, key):
             attrs = _dest_request(virtual, _dest_key_attrs(key))
-            return genl_ipvs.IPVS_CMD_DEL_DEST, 0, attrs
+            return abi.IPVS_CMD_DEL_DEST, 0, attrs
         case _:
             assert_never(op)
 
@@ -145,18 +144,18 @@ def _nla(attrs: list[tuple[str, Any]]) -> dict[str, Any]:
     return {"attrs": attrs}
 
 
-def _attribute_types(*classes: Any) -> dict[str, int]:
-    return {name: kind for cls in classes for kind, (name, _) in enumerate(cls.nla_map)}
-
-
-# pyroute2 knows the attribute numbers; encoding them by hand here is several times faster
-# than its generic encoder, which dominated the cost of a large batch.
-ATTRIBUTE_TYPES = _attribute_types(
-    genl_ipvs.ipvsmsg,
-    genl_ipvs.ipvsmsg.service,
-    genl_ipvs.ipvsmsg.dest,
-    genl_ipvs.ipvsstats.stats64,
-)
+# Encoding attributes by hand here is several times faster than pyroute2's generic encoder,
+# which dominated the cost of a large batch.
+ATTRIBUTE_TYPES = {
+    name: kind
+    for names in (
+        abi.COMMAND_ATTRIBUTES,
+        abi.SERVICE_ATTRIBUTES,
+        abi.DEST_ATTRIBUTES,
+        abi.STATS_ATTRIBUTES,
+    )
+    for kind, name in enumerate(names)
+}
 NATIVE_U16 = {"IPVS_SVC_ATTR_AF", "IPVS_SVC_ATTR_PROTOCOL", "IPVS_DEST_ATTR_ADDR_FAMILY"}
 BIG_ENDIAN_U16 = {"IPVS_SVC_ATTR_PORT", "IPVS_DEST_ATTR_PORT"}
 ADDRESSES = {"IPVS_SVC_ATTR_ADDR", "IPVS_DEST_ATTR_ADDR"}
@@ -188,7 +187,7 @@ def _encode_attrs(attrs: list[tuple[str, Any]]) -> bytes:
 
 def genl_body(command: int, attrs: list[tuple[str, Any]]) -> bytes:
     """A request's generic netlink header and attributes: what follows the netlink header."""
-    return GENL_HEADER.pack(command, genl_ipvs.GENL_VERSION, 0) + _encode_attrs(attrs)
+    return GENL_HEADER.pack(command, abi.GENL_VERSION, 0) + _encode_attrs(attrs)
 
 
 def encode_op(op: IPVSOp) -> tuple[int, bytes]:
@@ -199,7 +198,7 @@ def encode_op(op: IPVSOp) -> tuple[int, bytes]:
 
 def encode_timeouts(timeouts: IPVSTimeouts) -> bytes:
     """The body of the request that sets the timeouts (ipvsadm --set)."""
-    return genl_body(genl_ipvs.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
+    return genl_body(abi.IPVS_CMD_SET_CONFIG, _timeout_attrs(timeouts))
 
 
 def _timeout_attrs(timeouts: IPVSTimeouts) -> list[tuple[str, Any]]:
@@ -324,7 +323,7 @@ class NetlinkIPVS:
         """IPVSUnavailable when the kernel has no IPVS family and cannot load ip_vs."""
         self._socket = BatchSocket(NETLINK_GENERIC, batch_size)
         try:
-            self._family_id = generic_family_id(self._socket, genl_ipvs.GENL_NAME)
+            self._family_id = generic_family_id(self._socket, abi.GENL_NAME)
         except OSError as error:
             self._socket.close()
             raise IPVSUnavailable(error.strerror or str(error)) from None
@@ -345,9 +344,7 @@ class NetlinkIPVS:
         return self._socket.request(self._family_id, NLM_F_DUMP, genl_body(command, attrs))
 
     def timeouts(self) -> IPVSTimeouts:
-        (reply,) = self._socket.request(
-            self._family_id, 0, genl_body(genl_ipvs.IPVS_CMD_GET_CONFIG, [])
-        )
+        (reply,) = self._socket.request(self._family_id, 0, genl_body(abi.IPVS_CMD_GET_CONFIG, []))
         return decode_timeouts(reply)
 
     def set_timeouts(self, timeouts: IPVSTimeouts) -> None:
@@ -372,7 +369,7 @@ class NetlinkIPVS:
 
     def listed(self) -> Iterator[VirtualServerState]:
         """One dump request; each reply decoded as the iteration reaches it."""
-        for message in self._dump(genl_ipvs.IPVS_CMD_GET_SERVICE, []):
+        for message in self._dump(abi.IPVS_CMD_GET_SERVICE, []):
             state = self._state(_reply(message, "IPVS_CMD_ATTR_SERVICE"), real_servers=False)
             if state is not None:
                 yield state
@@ -394,7 +391,7 @@ class NetlinkIPVS:
 
     def _service(self, key: VirtualServerKey) -> Attributes | None:
         """The service's attributes from one GET_SERVICE; None when the kernel has no such one."""
-        body = genl_body(genl_ipvs.IPVS_CMD_GET_SERVICE, _service_request(key))
+        body = genl_body(abi.IPVS_CMD_GET_SERVICE, _service_request(key))
         try:
             (message,) = self._socket.request(self._family_id, 0, body)
         except OSError as error:
@@ -419,7 +416,7 @@ class NetlinkIPVS:
     ) -> dict[RealServerKey, RealServerState]:
         family = _family(key.address)
         found = {}
-        for dest in self._dump(genl_ipvs.IPVS_CMD_GET_DEST, _service_request(key)):
+        for dest in self._dump(abi.IPVS_CMD_GET_DEST, _service_request(key)):
             state = _real_server_state(_reply(dest, "IPVS_CMD_ATTR_DEST"), family, traffic)
             found[state.server.key] = state
         return found

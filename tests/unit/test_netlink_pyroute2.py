@@ -17,7 +17,7 @@ from pyroute2.netlink.nfnetlink import ipset as nfipset
 from pyroute2.netlink.nfnetlink.nfctsocket import nfct_msg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 
-from ipvsproxy.kernel import addresses, conntrack, ipvs
+from ipvsproxy.kernel import addresses, conntrack, ipvs, ipvs_abi
 from ipvsproxy.kernel.ipset import codec
 from ipvsproxy.kernel.ipset.entries import PROTOCOLS, Entry
 from ipvsproxy.kernel.netlink import NLMSG_HEADER
@@ -279,3 +279,22 @@ def test_an_address_request_reads_back_through_pyroute2(
     assert message["flags"] == (addresses.IFA_F_NODAD if bind and address.version == 6 else 0)
     assert ipaddress.ip_address(message.get_attr("IFA_LOCAL")) == address
     assert ipaddress.ip_address(message.get_attr("IFA_ADDRESS")) == address
+
+
+def test_our_ipvs_numbers_are_pyroute2_s() -> None:
+    """``ipvs_abi`` stands in for pyroute2's module on the start path: the same numbers."""
+    commands = {name: value for name, value in vars(ipvs_abi).items() if "_CMD_" in name}
+    assert len(commands) == 10
+    assert commands == {name: getattr(genl_ipvs, name) for name in commands}
+    assert (ipvs_abi.GENL_NAME, ipvs_abi.GENL_VERSION) == (
+        genl_ipvs.GENL_NAME,
+        genl_ipvs.GENL_VERSION,
+    )
+    for ours, theirs in (
+        (ipvs_abi.COMMAND_ATTRIBUTES, genl_ipvs.ipvsmsg),
+        (ipvs_abi.SERVICE_ATTRIBUTES, genl_ipvs.ipvsmsg.service),
+        (ipvs_abi.DEST_ATTRIBUTES, genl_ipvs.ipvsmsg.dest),
+        (ipvs_abi.STATS_ATTRIBUTES, genl_ipvs.ipvsstats.stats),
+        (ipvs_abi.STATS_ATTRIBUTES, genl_ipvs.ipvsstats.stats64),
+    ):
+        assert ours == tuple(name for name, _ in theirs.nla_map)
