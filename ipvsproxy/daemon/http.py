@@ -102,6 +102,7 @@ class _State(Enum):
     LINGERING = "lingering"  # answered; the rest of the request is read and dropped
 
 
+NOTHING_TO_SEND = memoryview(b"")
 # Why connections were closed before their answer was taken, as the metrics count them.
 DROP_REASONS = ("evicted", "refused", "timeout")
 
@@ -129,7 +130,7 @@ class _Connection:
     inbox: bytearray = field(default_factory=bytearray)
     method: bytes = b""
     handler: Handler | None = None
-    outbox: memoryview = field(default_factory=lambda: memoryview(b""))
+    outbox: memoryview = NOTHING_TO_SEND
     closed: bool = False
 
     @property
@@ -602,6 +603,10 @@ class HttpHub:
         connection.outbox = connection.outbox[sent:]
         if connection.outbox:
             return
+        # An empty slice still holds the whole answer, and a closed connection lives on in
+        # the deadline heap until its response timeout: each /metrics answer (5.7 MB at
+        # 10,000 services) stayed 30 s after it was sent.
+        connection.outbox = NOTHING_TO_SEND
         self._dispatch(connection.listener)
         try:
             connection.socket.shutdown(socket.SHUT_WR)
@@ -640,4 +645,5 @@ class HttpHub:
         if connection.state is _State.WRITING:
             listener.pending_output -= len(connection.outbox)
             self._dispatch(listener)
+        connection.outbox = NOTHING_TO_SEND
         connection.socket.close()
