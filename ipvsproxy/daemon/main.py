@@ -7,7 +7,7 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
@@ -18,6 +18,7 @@ from ipvsproxy.cluster.informer import ClusterInformer
 from ipvsproxy.config import ProxyConfig, parse_bind_address, reconciler_settings
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions, ServeError
 from ipvsproxy.daemon.errors import DaemonError
+from ipvsproxy.daemon.heap import map_big_allocations
 from ipvsproxy.daemon.http import HttpLimits
 from ipvsproxy.daemon.logs import configure
 from ipvsproxy.daemon.sources import ApiSource, ClusterSource, FileSource
@@ -25,7 +26,7 @@ from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.ipvs import NetlinkIPVS
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
-from ipvsproxy.model import IPVSTable
+from ipvsproxy.model import VirtualServerState
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,12 @@ def _address(text: str, flag: str) -> tuple[str, int] | None:
     return (host, port) if port else None
 
 
-def _read_ipvs_counters() -> IPVSTable:
+def _read_ipvs_counters() -> Iterator[VirtualServerState]:
     # A socket of its own: scrapes come from HTTP threads while the sync loop uses its own.
     # The metrics are per virtual server: one request, none per virtual server for its
-    # real servers.
+    # real servers, each decoded as the metrics reach it.
     with NetlinkIPVS() as ipvs:
-        return ipvs.dump(real_servers=False)
+        yield from ipvs.listed()
 
 
 def raise_open_files_limit() -> int:
@@ -101,6 +102,7 @@ def serve_daemon(
     warnings: Sequence[str] = (),
 ) -> None:
     configure(config.logging_format, verbosity)
+    map_big_allocations()
     for warning in warnings:
         log.warning(warning)
     options = options_from(

@@ -35,6 +35,28 @@ def test_trimming_asks_for_everything_free_and_is_a_no_op_without_malloc_trim(
     assert heap.release_free_memory() is False
 
 
+def test_big_allocations_are_mapped_from_one_mb_and_it_is_a_no_op_without_mallopt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[tuple[int, int]] = []
+
+    def mallopt(option: int, value: int) -> int:
+        asked.append((option, value))
+        return 1
+
+    monkeypatch.setattr(heap, "_MALLOPT", mallopt)
+    assert heap.map_big_allocations() is True
+    assert asked == [(heap.M_MMAP_THRESHOLD, 1 << 20)]
+
+    monkeypatch.setattr(heap, "_MALLOPT", None)
+    assert heap.map_big_allocations() is False
+
+
+def test_the_c_librarys_mallopt_takes_the_threshold() -> None:
+    """glibc here: the call is real, and it answers 1 (success)."""
+    assert heap.map_big_allocations() is True
+
+
 class _Unchanging:
     """A source whose cluster never changes: syncs after the first are incremental."""
 
