@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -45,7 +45,7 @@ from ipvsproxy.daemon.sources import ClusterSource, Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
 from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import DesiredState, IPVSTable, RestoreIptables
+from ipvsproxy.model import DesiredState, RestoreIptables, VirtualServerState
 from ipvsproxy.owners import PATH as OWNERS
 from ipvsproxy.owners import owners_json, service_of
 from ipvsproxy.reconcile.describe import describe
@@ -68,7 +68,7 @@ class DaemonOptions:
     healthz: tuple[str, int] | None = defaults.HEALTHZ_BIND
     metrics: tuple[str, int] | None = defaults.METRICS_BIND
     # Reads the IPVS counters for the per-service traffic metrics; None turns them off.
-    traffic: Callable[[], IPVSTable] | None = None
+    traffic: Callable[[], Iterable[VirtualServerState]] | None = None
     # How often the loop checks whether a full sync is due.
     tick: float = 1.0
     # How often, while real servers drain, the kernel is read to delete the idle ones.
@@ -384,7 +384,7 @@ class Daemon:
         body = owners_json(self.syncer.last_desired, service)
         return Response(200, "application/json", body)
 
-    def _traffic(self) -> tuple[IPVSTable, DesiredState | None]:
+    def _traffic(self) -> tuple[Iterable[VirtualServerState], DesiredState | None]:
         assert self._options.traffic is not None
         return self._options.traffic(), self.syncer.last_desired
 

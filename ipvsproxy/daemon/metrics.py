@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import platform
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -27,7 +27,8 @@ from prometheus_client.registry import Collector
 
 from ipvsproxy import __version__
 from ipvsproxy.daemon.http import DROP_REASONS, HttpHub, Response
-from ipvsproxy.model import DesiredState, IPVSTable, SkipReason, TrafficStats
+from ipvsproxy.daemon.traffic_metrics import TrafficSource, totals, write_text
+from ipvsproxy.model import DesiredState, SkipReason
 from ipvsproxy.reconcile.drift import DRIFT_KINDS
 from ipvsproxy.supervise import Supervisor
 
@@ -159,80 +160,6 @@ class _Programmed(Collector):
             "Addresses bound on kube-ipvs0",
             value=len(desired.bound_addresses),
         )
-
-
-TrafficSource = Callable[[], tuple[IPVSTable, DesiredState | None]]
-_TRAFFIC_LABELS = ["namespace", "service", "port", "protocol"]
-
-
-class _Traffic(Collector):
-    """Per service port, the IPVS counters of its virtual servers, read at scrape time."""
-
-    def __init__(self, source: TrafficSource) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        table, desired = self._source()
-        totals: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-        if desired is not None:
-            for key, state in table.items():
-                wanted = desired.virtual_servers.get(key)
-                if wanted is None:
-                    continue
-                service = wanted.owner.service
-                port = (service.namespace, service.name, wanted.owner.port_name)
-                _add(totals[(*port, wanted.owner.protocol.value)], state.stats)
-        rows = sorted(totals.items())
-        # One family at a time, each freed once written: at 10,000 services each holds tens
-        # of thousands of samples, and all three at once were the daemon's peak memory.
-        yield _counters(
-            "ipvsproxy_service_connections",
-            "Connections IPVS scheduled to the service port's virtual servers",
-            ((list(labels), counts[0]) for labels, counts in rows),
-        )
-        yield _counters(
-            "ipvsproxy_service_packets",
-            "Packets through the service port's virtual servers",
-            _by_direction(rows, 1),
-            direction=True,
-        )
-        yield _counters(
-            "ipvsproxy_service_bytes",
-            "Bytes through the service port's virtual servers",
-            _by_direction(rows, 3),
-            direction=True,
-        )
-
-
-def _by_direction(
-    rows: list[tuple[tuple[str, ...], list[int]]], first: int
-) -> Iterator[tuple[list[str], int]]:
-    """The "in" count at ``first`` and the "out" count after it, of every row."""
-    for labels, counts in rows:
-        yield [*labels, "in"], counts[first]
-        yield [*labels, "out"], counts[first + 1]
-
-
-def _counters(
-    name: str,
-    documentation: str,
-    samples: Iterable[tuple[list[str], int]],
-    *,
-    direction: bool = False,
-) -> CounterMetricFamily:
-    labels = [*_TRAFFIC_LABELS, "direction"] if direction else _TRAFFIC_LABELS
-    family = CounterMetricFamily(name, documentation, labels=labels)
-    for values, count in samples:
-        family.add_metric(values, count)
-    return family
-
-
-def _add(total: list[int], stats: TrafficStats) -> None:
-    total[0] += stats.connections
-    total[1] += stats.packets_in
-    total[2] += stats.packets_out
-    total[3] += stats.bytes_in
-    total[4] += stats.bytes_out
 
 
 class Metrics:
@@ -407,8 +334,7 @@ class Metrics:
         for mode in ("full", "incremental"):
             for result in SYNC_RESULTS:
                 self.syncs.labels(mode=mode, result=result)
-        if traffic is not None:
-            registry.register(_Traffic(traffic))
+        self._traffic = traffic
 
     def worker_failed(self, name: str) -> None:
         self.worker_failures.labels(worker=name).inc()
@@ -433,4 +359,9 @@ class Metrics:
         return answer
 
     def response(self) -> Response:
-        return Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
+        if self._traffic is None:
+            return Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
+        body = io.BytesIO()
+        body.write(generate_latest(self.registry))
+        write_text(body, totals(*self._traffic()))
+        return Response(200, CONTENT_TYPE_LATEST, body.getvalue())

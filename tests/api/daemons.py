@@ -84,7 +84,7 @@ class Daemons:
             min_sync_period=0.1,
             healthz=("127.0.0.1", 0),
             metrics=("127.0.0.1", 0),
-            traffic=kernel.recording.fake.dump,
+            traffic=kernel.recording.fake.listed,
             tick=0.1,
             drain_check_period=0.2,
             health_check_host="127.0.0.1",
