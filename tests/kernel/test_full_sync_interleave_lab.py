@@ -3,10 +3,14 @@ one virtual server at a time: neither undoes the other."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
 from ipvsproxy.daemon.sources import Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
-from ipvsproxy.kernel.protocols import Kernel
-from ipvsproxy.model import IPVSTable
+from ipvsproxy.kernel.protocols import IPVSKernel, Kernel
+from ipvsproxy.model import IPVSTable, VirtualServerState
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.translate import Settings
 from tests.daemon_kit import cluster, endpoint_slice, service
@@ -21,11 +25,28 @@ def programmed(table: IPVSTable) -> dict[object, frozenset[object]]:
     return {key: frozenset(state.real_servers) for key, state in table.items()}
 
 
+class _Listing:
+    """The real IPVS, telling when its table's listing began."""
+
+    def __init__(self, ipvs: IPVSKernel) -> None:
+        self._ipvs = ipvs
+        self.began = False
+
+    def listed(self) -> Iterator[VirtualServerState]:
+        self.began = True
+        return self._ipvs.listed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ipvs, name)
+
+
 def test_changes_made_inside_a_full_sync_of_the_real_kernel_stay_and_nothing_is_left(
     kernel: Kernel,
 ) -> None:
     clock = Clock()
-    syncer = Syncer(kernel, Settings(), 30.0, Reconciler(kernel, clock=clock), clock=clock)
+    ipvs = _Listing(kernel.ipvs)
+    watched = replace(kernel, ipvs=ipvs)
+    syncer = Syncer(watched, Settings(), 30.0, Reconciler(watched, clock=clock), clock=clock)
     objects = cluster(12)
     assert syncer.sync(snapshot(objects), []).result.ok
     clock.now = 30.0
@@ -41,20 +62,22 @@ def test_changes_made_inside_a_full_sync_of_the_real_kernel_stay_and_nothing_is_
         service(40),
         endpoint_slice(40),
     )
-    # The first while the kernel's other parts are read, the second while IPVS is.
-    readings = {2: first, BEFORE_IPVS + 12: then}
-    calls: list[int] = []
+    # The first while the kernel's other parts are read (its third call), the second while
+    # IPVS is (its thirteenth since the listing began, before the last virtual server).
+    calls: dict[bool, int] = {False: 0, True: 0}
     made: list[SyncReport] = []
 
     def due() -> Reading | None:
-        calls.append(len(calls))
-        objects_now = readings.get(len(calls) - 1)
+        phase = ipvs.began
+        calls[phase] += 1
+        objects_now = {(False, 3): first, (True, 13): then}.get((phase, calls[phase]))
         return None if objects_now is None else Reading(snapshot(objects_now), [])
 
     full = syncer.sync(snapshot(own), [], interleave=Interleave(due, made.append))
 
     # Thirteen virtual servers: due is asked before each read and once after the last.
-    assert len(calls) == BEFORE_IPVS + 14
+    assert calls[True] == 14
+    assert calls[False] >= BEFORE_IPVS
     # The full sync's own change first, then the two made while it read.
     assert [(r.mode, r.result.ok) for r in made] == [(SyncMode.INCREMENTAL, True)] * 3
     assert all(r.result.writes > 0 for r in made)
