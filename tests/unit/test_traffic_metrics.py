@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -27,8 +28,8 @@ class _Reference(Collector):
     def __init__(self, rows: list[Row]) -> None:
         self._rows = rows
 
-    def collect(self) -> list[CounterMetricFamily]:  # type: ignore[override]
-        made = []
+    def collect(self) -> Iterable[Metric]:
+        made: list[Metric] = []
         for name, help_text, first, directions in FAMILIES:
             family = CounterMetricFamily(
                 name, help_text, labels=[*LABELS, "direction"] if directions else LABELS
