@@ -170,6 +170,9 @@ def bench(session: nox.Session) -> None:
     )
     parser.add_argument("--runs", default="3", help="with --peer: runs of each proxy per size")
     parser.add_argument(
+        "--kube-proxy-runs", help="with --peer: kube-proxy's runs, when fewer than --runs"
+    )
+    parser.add_argument(
         "--sync-period",
         default="1h",
         help="the daemon's --ipvs-sync-period (30s: its periodic full syncs in the window)",
@@ -181,10 +184,12 @@ def bench(session: nox.Session) -> None:
     _install(session, "bench")
     out = Path("bench-results")
     if args.peer:
-        stream = ("--changes", args.changes or "80", "--rate", args.rate, "--burst", args.burst)
+        options = ("--changes", args.changes or "80", "--rate", args.rate, "--burst", args.burst)
         if args.min_sync_period:
-            stream = (*stream, "--min-sync-period", args.min_sync_period)
-        _bench_peer(session, args.sizes, stream, args.runs, out)
+            options = (*options, "--min-sync-period", args.min_sync_period)
+        if args.kube_proxy_runs:
+            options = (*options, "--kube-proxy-runs", args.kube_proxy_runs)
+        _bench_peer(session, args.sizes, options, args.runs, out)
         return
     manifests = out / "manifests"
     host_load = [_uptime()]
@@ -220,7 +225,7 @@ def bench(session: nox.Session) -> None:
 
 
 def _bench_peer(
-    session: nox.Session, sizes: str, stream: tuple[str, ...], runs: str, out: Path
+    session: nox.Session, sizes: str, options: tuple[str, ...], runs: str, out: Path
 ) -> None:
     """ipvsproxy and kube-proxy on one lab boot's real API server, one after the other."""
     env = _controlplane(session)
@@ -229,7 +234,7 @@ def _bench_peer(
     host_load = [_uptime()]
     session.run(
         "python", "-m", "tests.lab", "--run", "python", "-m", "bench.peer", "--out", str(peer),
-        "--sizes", sizes, *stream, "--runs", runs,
+        "--sizes", sizes, *options, "--runs", runs,
         env={**env, "IPVSPROXY_LAB_MEM": os.environ.get("IPVSPROXY_LAB_MEM", "3G")},
     )  # fmt: skip
     host_load.append(_uptime())
