@@ -10,6 +10,11 @@ sync loop, each informer's list, /metrics): pauses are counted under a lock, the
 turns the collector off and the last one out puts back what the first one found. Reading and
 flipping the switch in each pause on its own let one pause's end re-enable the collector in
 the middle of another's, or a pause that began meanwhile leave it off for good.
+
+What a pause builds is all young when it ends, and the collector's next pass walks every object
+of it (0.3 s for the million objects of a 10,000-service translation). A caller that collects
+and freezes what survives (the daemon's full sync) holds one pause across all its stages and
+the freeze, so that they are walked once, by that collection, and not again at each stage's end.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import gc
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
@@ -51,13 +56,18 @@ class _Pauses:
 _PAUSES = _Pauses()
 
 
+def cyclic_gc_paused() -> AbstractContextManager[None]:
+    """The cyclic collector off inside; once no pause is on, as the first of them found it."""
+    return _PAUSES.paused()
+
+
 def without_cyclic_gc(function: Callable[P, R]) -> Callable[P, R]:
     """Run ``function`` with the cyclic collector off; once no pause is on, the collector is
     as the first of them found it."""
 
     @wraps(function)
     def paused(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _PAUSES.paused():
+        with cyclic_gc_paused():
             return function(*args, **kwargs)
 
     return paused

@@ -43,6 +43,7 @@ from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource, Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
+from ipvsproxy.gcpause import cyclic_gc_paused
 from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, RestoreIptables, VirtualServerState
@@ -260,12 +261,16 @@ class Daemon:
                 self.runner.request()
 
     def _sync(self) -> None:
-        if self._sync_once() is SyncMode.FULL:
-            # What a full sync keeps is long-lived: no later collection need walk it. The
-            # kernel's dump and the plan (the whole cluster on the first) are freed by now:
-            # give their pages back rather than hold them until the next.
+        # One pause across the sync and the freeze: what a full sync builds is walked once,
+        # by the freeze's collection, not also at the end of each of its stages.
+        with cyclic_gc_paused():
+            if self._sync_once() is not SyncMode.FULL:
+                return
+            # What a full sync keeps is long-lived: no later collection need walk it.
             freeze_survivors()
-            release_free_memory()
+        # The kernel's dump and the plan (the whole cluster on the first) are freed by now:
+        # give their pages back rather than hold them until the next.
+        release_free_memory()
 
     def _sync_once(self) -> SyncMode | None:
         """Sync, record and report; the sync's mode, None when it failed."""

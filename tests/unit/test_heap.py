@@ -9,6 +9,8 @@ from types import MappingProxyType
 
 import pytest
 
+from bench.cluster import NODE_NAME, cluster_objects
+from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.daemon import daemon as daemon_module
 from ipvsproxy.daemon import heap
 from ipvsproxy.daemon.daemon import Daemon, DaemonOptions
@@ -109,3 +111,36 @@ def test_freezing_collects_garbage_cycles_first_and_keeps_the_living_out_of_coll
     assert garbage() is None
     assert gc.get_freeze_count() > 0
     assert not any(obj is living for gen in range(3) for obj in gc.get_objects(gen))
+
+
+def test_no_collection_walks_what_a_full_sync_builds_before_the_freeze_at_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stages' own pauses end inside the sync's: the freeze's collection is the first."""
+    source = _Unchanging()
+    source.snapshot_value, _ = snapshot_from_objects(cluster_objects(300), NODE_NAME)
+    events: list[str] = []
+
+    def freeze() -> None:
+        events.append("freeze")
+        heap.freeze_survivors()
+
+    def collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            events.append(f"collection of generation {info['generation']}")
+
+    monkeypatch.setattr(daemon_module, "freeze_survivors", freeze)
+    daemon = Daemon(FakeKernel().kernel(), Settings(), DaemonOptions(healthz=None, metrics=None))
+    daemon._source = source
+    was = gc.isenabled()
+    gc.enable()
+    gc.collect()
+    gc.callbacks.append(collection)
+    try:
+        daemon._sync()
+    finally:
+        gc.callbacks.remove(collection)
+        if not was:
+            gc.disable()
+    assert daemon.syncer.reconciler.last_desired is not None
+    assert events[:2] == ["freeze", "collection of generation 2"]
