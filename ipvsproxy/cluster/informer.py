@@ -56,6 +56,7 @@ from ipvsproxy.cluster.parse import (
     parse_endpoint_slice,
     parse_service,
 )
+from ipvsproxy.gcpause import cyclic_gc_paused
 from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
@@ -218,26 +219,30 @@ class Reflector(Generic[T]):
         store: dict[ObjectKey, T] = {}
         rejections: dict[ObjectKey, list[Rejection]] = {}
         version = ""
-        for page in list_pages(self._api, self.resource, self._selectors, self._page_size):
-            if page.restart:
-                store.clear()
-                rejections.clear()
-            for obj in page.items:
-                key = self._key(obj)
-                if key is None:
-                    continue
-                kept = known.get(key)
-                if kept is not None and _same_version(obj, self._version_of(kept)):
-                    store[key] = kept
-                    if key in known_rejections:
-                        rejections[key] = known_rejections[key]
-                    continue
-                item, problems = self._parse(obj)
-                if item is not None:
-                    store[key] = item
-                if problems:
-                    rejections[key] = problems
-            version = page.resource_version
+        # One pause of the collector across the list: each page's JSON is freed before any
+        # collection could walk it, and what is parsed is walked once, after. The list is
+        # bounded by the API timeouts; the collector's pause by the list.
+        with cyclic_gc_paused():
+            for page in list_pages(self._api, self.resource, self._selectors, self._page_size):
+                if page.restart:
+                    store.clear()
+                    rejections.clear()
+                for obj in page.items:
+                    key = self._key(obj)
+                    if key is None:
+                        continue
+                    kept = known.get(key)
+                    if kept is not None and _same_version(obj, self._version_of(kept)):
+                        store[key] = kept
+                        if key in known_rejections:
+                            rejections[key] = known_rejections[key]
+                        continue
+                    item, problems = self._parse(obj)
+                    if item is not None:
+                        store[key] = item
+                    if problems:
+                        rejections[key] = problems
+                version = page.resource_version
         with self._lock:
             self._store, self._rejections = PersistentMap(store), rejections
             self._problems = None
