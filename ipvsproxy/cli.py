@@ -24,6 +24,7 @@ from ipvsproxy.config import (
     reconciler_settings,
     resolve,
 )
+from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.kernel.errors import PreconditionError
 from ipvsproxy.kernel.preconditions import check_schedulers, require_net_admin
@@ -298,6 +299,15 @@ def sync(
     """
     if not once:
         _fail("sync needs --once (the long-running proxy is 'ipvsproxy run')")
+    _sync_once(ctx, dry_run=dry_run, allow_empty=allow_empty, output=output, summary=summary)
+
+
+# One pass that exits when done: what it builds stays in use until then, so no collection of
+# it finds garbage (at 10,000 services they took 0.7-1.3 s of its 5-6 s of CPU).
+@without_cyclic_gc
+def _sync_once(
+    ctx: click.Context, *, dry_run: bool, allow_empty: bool, output: str, summary: bool | None
+) -> None:
     config = _resolve_config(ctx)
     read = _snapshot(ctx.params["source"], config, allow_empty)
     if dry_run:
