@@ -6,7 +6,9 @@ the in-memory FakeKernel (this machine has no IPVS), so the figures include the 
 the IPVS table, which a real kernel keeps outside the process. Phases, each followed by a
 reading of /proc/PID/status once the daemon is idle:
 
-1. ``first_sync``: the initial lists and the first full sync of the whole cluster;
+1. ``first_sync``: the initial lists and the first full sync of the whole cluster (also its
+   wall time from the process start, ``first_sync_s``, and the daemon's CPU seconds by then,
+   ``first_sync_cpu_s``);
 2. ``changes``: ``--changes`` changes, one at a time (an EndpointSlice moved, a Service added,
    one deleted, in turn), each waited for, with full resyncs every ``--sync-period``;
 3. ``scrapes``: three /metrics scrapes (the per-service traffic counters read the IPVS table);
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -70,6 +73,12 @@ def _memory_mb(pid: int) -> dict[str, float]:
         if name in ("VmHWM", "VmRSS"):
             fields[name.lower() + "_mb"] = round(int(value.split()[0]) / 1024, 1)
     return fields
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's user and system CPU seconds so far (proc(5): fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
 class _SyncLog:
@@ -204,7 +213,10 @@ def measure(services: int, changes: int, sync_period: str) -> dict[str, Any]:
         try:
             syncs = _SyncLog(daemon.stderr)
             syncs.wait_after(0, STARTUP_TIMEOUT)
-            result: dict[str, Any] = {"first_sync_s": round(syncs.last_at - started, 2)}
+            result: dict[str, Any] = {
+                "first_sync_s": round(syncs.last_at - started, 2),
+                "first_sync_cpu_s": _cpu_s(daemon.pid),
+            }
             result["first_sync"] = _memory_mb(daemon.pid)
             churn = _Changes(api, services)
             for number in range(changes):
