@@ -146,12 +146,12 @@ def _draw(dashboard: Row, prometheus: str, start: float, end: float, out: Path) 
         left, bottom, right, above = (
             (0.005, 0.008, 0.005, 0.02) if panel["type"] == "stat" else (0.03, 0.03, 0.006, 0.02)
         )
-        box = [
+        box = (
             grid["x"] / 24 + left,
             1 - top - grid["h"] / height + bottom,
             grid["w"] / 24 - left - right,
             grid["h"] / height - bottom - above,
-        ]
+        )
         axes = figure.add_axes(box, facecolor="#181b1f")
         axes.set_title(panel["title"], fontsize=9, loc="left")
         for target in panel["targets"]:
