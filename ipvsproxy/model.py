@@ -1,4 +1,5 @@
-"""Frozen value types shared by every stage; this module imports nothing of the project.
+"""Frozen value types shared by every stage; of the project this module imports only
+``quick_init``, which builds them fast.
 
 Three groups live here:
 
@@ -19,6 +20,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import assert_never
+
+from ipvsproxy.frozen_init import quick_init
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -62,6 +65,7 @@ class IPFamily(enum.StrEnum):
 # ---------------------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ObjectKey:
     namespace: str
@@ -79,6 +83,7 @@ class ObjectKey:
         return f"{self.namespace}/{self.name}"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ServicePortName:
     """One port of one Service: kube-proxy's ServicePortName."""
@@ -108,6 +113,7 @@ class TrafficPolicy(enum.StrEnum):
 TRAFFIC_POLICY_SCOPES = ("internal", "external")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
@@ -117,6 +123,7 @@ class ServicePort:
     node_port: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LoadBalancerIngress:
     ip: IPAddress
@@ -124,6 +131,7 @@ class LoadBalancerIngress:
     ip_mode: str = "VIP"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Service:
     """A Service as the proxy sees it, already type-checked field by field by ``cluster``.
@@ -154,6 +162,7 @@ class Service:
     uid: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EndpointConditions:
     # The API's nil means "unknown"; kube-proxy treats nil ready as ready and derives
@@ -163,6 +172,7 @@ class EndpointConditions:
     terminating: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     addresses: tuple[str, ...]
@@ -173,6 +183,7 @@ class Endpoint:
     hints_for_nodes: tuple[str, ...] | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EndpointPort:
     name: str
@@ -180,6 +191,7 @@ class EndpointPort:
     protocol: TransportProtocol
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EndpointSlice:
     key: ObjectKey
@@ -196,6 +208,7 @@ class EndpointSlice:
         return ObjectKey(self.key.namespace, self.service_name)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -213,6 +226,7 @@ class Node:
         return self.labels.get("topology.kubernetes.io/zone")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """Everything the proxy knows of the cluster at one instant, from the API or a file, and
@@ -230,6 +244,7 @@ class ClusterSnapshot:
     local_addresses: frozenset[IPAddress] | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ChangedKeys:
     """The Services and EndpointSlices that may differ from the previous reading of the
@@ -253,6 +268,7 @@ class SkipReason(enum.StrEnum):
     NODE_PORT_NOT_ALLOWED = "node_port_not_allowed"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why one object, or one port or address of it, produced nothing. Logged and counted."""
@@ -294,6 +310,7 @@ SCHEDULERS = frozenset(
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class VirtualServerKey:
     protocol: TransportProtocol
@@ -317,6 +334,7 @@ class VirtualServerKey:
         return (address_sort_key(self.address), self.port, self.protocol.value)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class VirtualServer:
     key: VirtualServerKey
@@ -325,6 +343,7 @@ class VirtualServer:
     timeout: int = 0  # persistence, seconds; 0 unless PERSISTENT
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RealServerKey:
     address: IPAddress
@@ -347,6 +366,7 @@ class RealServerKey:
         return (address_sort_key(self.address), self.port)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RealServer:
     key: RealServerKey
@@ -356,6 +376,7 @@ class RealServer:
     lower_threshold: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TrafficStats:
     connections: int = 0
@@ -365,6 +386,7 @@ class TrafficStats:
     bytes_out: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RealServerState:
     """A real server as dumped from the kernel, with its live counters."""
@@ -376,6 +398,7 @@ class RealServerState:
     stats: TrafficStats = TrafficStats()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class VirtualServerState:
     """A virtual server as dumped from the kernel, with its real servers and counters."""
@@ -393,6 +416,7 @@ IPVSTable = Mapping[VirtualServerKey, VirtualServerState]
 # ---------------------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IPSetSpec:
     """A set's identity and type; ``entries`` are in ipset(8) syntax, e.g. ``10.96.0.10,tcp:80``."""
@@ -407,6 +431,7 @@ class IPSetSpec:
     options: tuple[str, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IPSetContent:
     spec: IPSetSpec
@@ -445,6 +470,7 @@ IPTABLES_CHAINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IptablesJump:
     """A rule in a built-in chain that sends packets into one of our chains."""
@@ -456,6 +482,7 @@ class IptablesJump:
     match: tuple[str, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IptablesRuleset:
     """Our chains and their rules for one family, written whole by one iptables-restore.
@@ -468,6 +495,7 @@ class IptablesRuleset:
     jumps: tuple[IptablesJump, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IptablesChainDiff:
     """How one of our chains (or a built-in chain's jumps to ours) would change: rules as
@@ -487,33 +515,39 @@ class IptablesChainDiff:
 # ---------------------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AddVirtualServer:
     server: VirtualServer
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class UpdateVirtualServer:
     server: VirtualServer
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DeleteVirtualServer:
     key: VirtualServerKey
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AddRealServer:
     virtual: VirtualServerKey
     server: RealServer
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class UpdateRealServer:
     virtual: VirtualServerKey
     server: RealServer
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DeleteRealServer:
     virtual: VirtualServerKey
@@ -552,11 +586,13 @@ def virtual_of(op: IPVSOp) -> VirtualServerKey:
             assert_never(op)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BindAddress:
     address: IPAddress
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class UnbindAddress:
     address: IPAddress
@@ -565,6 +601,7 @@ class UnbindAddress:
 AddressOp = BindAddress | UnbindAddress
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class OpError:
     """The kernel refused one operation of a batch; the others were applied regardless."""
@@ -577,6 +614,7 @@ class OpError:
 BatchResult = list[OpError | None]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IPVSTimeouts:
     """The kernel's IPVS connection timeouts in seconds (ipvsadm --set); 0 leaves one as is."""
@@ -594,11 +632,13 @@ class IPVSTimeouts:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SetIPVSTimeouts:
     timeouts: IPVSTimeouts
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SetSysctl:
     """Set a kernel parameter kube-proxy's IPVS mode needs; ``current``: its value before."""
@@ -608,6 +648,7 @@ class SetSysctl:
     current: str | None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RealServerRef:
     """One real server of one virtual server: the unit graceful termination works on."""
@@ -619,28 +660,33 @@ class RealServerRef:
         return f"{self.real} on {self.virtual}"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EnsureInterface:
     name: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CreateIPSet:
     spec: IPSetSpec
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AddIPSetEntries:
     name: str
     entries: tuple[str, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DeleteIPSetEntries:
     name: str
     entries: tuple[str, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReplaceIPSet:
     """The set exists with another type or options than ours: a new one holding ``content``
@@ -654,6 +700,7 @@ class ReplaceIPSet:
 IPSetOp = CreateIPSet | AddIPSetEntries | DeleteIPSetEntries | ReplaceIPSet
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RestoreIptables:
     """Written only when the kernel's chains differ; the kernel layer decides."""
@@ -661,6 +708,7 @@ class RestoreIptables:
     ruleset: IptablesRuleset
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class FlushConntrack:
     """Forget the flows to ``virtual`` NATed to ``real``, so UDP/SCTP clients pick a live one."""
@@ -693,6 +741,7 @@ class AddressKind(enum.StrEnum):
     NODE_PORT = "NodePort"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DesiredVirtualServer:
     server: VirtualServer
@@ -701,6 +750,7 @@ class DesiredVirtualServer:
     kind: AddressKind
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DesiredState:
     virtual_servers: Mapping[VirtualServerKey, DesiredVirtualServer]
@@ -734,6 +784,7 @@ class DesiredState:
         return counts
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DesiredChange:
     """How a desired state differs from the one before it, as an incremental translation
