@@ -77,10 +77,15 @@ def in_sync(wanted: DesiredVirtualServer, current: VirtualServerState) -> bool:
     """Whether ``plan_ipvs`` has nothing to do for this virtual server."""
     if current.server != wanted.server:
         return False
-    current_reals = current.real_servers
-    if current_reals.keys() != wanted.real_servers.keys():
+    current_reals, wanted_reals = current.real_servers, wanted.real_servers
+    if len(current_reals) != len(wanted_reals):
         return False
-    return all(current_reals[real].server == want for real, want in wanted.real_servers.items())
+    # As many keys on each side, each wanted one found: the same keys, each looked up once.
+    for real, want in wanted_reals.items():
+        have = current_reals.get(real)
+        if have is None or not have.server.same_settings(want):
+            return False
+    return True
 
 
 def _by_key(keys: Iterable[RealServerKey]) -> list[RealServerKey]:
