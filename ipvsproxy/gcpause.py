@@ -15,6 +15,17 @@ What a pause builds is all young when it ends, and the collector's next pass wal
 of it (0.3 s for the million objects of a 10,000-service translation). A caller that collects
 and freezes what survives (the daemon's full sync) holds one pause across all its stages and
 the freeze, so that they are walked once, by that collection, and not again at each stage's end.
+
+A full sync of a large cluster leaves millions of long-lived objects (the informers' stores,
+the kept translation). The collector walks all of them in each full collection, which comes
+unbidden once enough new objects have survived: at 10,000 services x 10 endpoints one such
+walk took 0.7-0.8 s outside the lab, inside whichever incremental sync set it off.
+``freeze_survivors`` collects once, at the end of a full sync or of an informer's list, then
+moves everything alive into the permanent generation, which no later collection walks; the
+next one walks only what came since (13-28 ms there). An informer's list freezes what it
+parsed so that the first full sync's collection does not walk the stores again. Frozen
+objects are still freed by reference counting, as the proxy's values hold no cycles; a cycle
+that forms among them later is never collected, so each freeze collects first, never after.
 """
 
 from __future__ import annotations
@@ -71,6 +82,12 @@ def without_cyclic_gc(function: Callable[P, R]) -> Callable[P, R]:
             return function(*args, **kwargs)
 
     return paused
+
+
+def freeze_survivors() -> None:
+    """Collect garbage cycles, then keep every surviving object out of later collections."""
+    gc.collect()
+    gc.freeze()
 
 
 @without_cyclic_gc

@@ -56,7 +56,7 @@ from ipvsproxy.cluster.parse import (
     parse_endpoint_slice,
     parse_service,
 )
-from ipvsproxy.gcpause import cyclic_gc_paused
+from ipvsproxy.gcpause import cyclic_gc_paused, freeze_survivors
 from ipvsproxy.model import (
     ChangedKeys,
     ClusterSnapshot,
@@ -220,8 +220,8 @@ class Reflector(Generic[T]):
         rejections: dict[ObjectKey, list[Rejection]] = {}
         version = ""
         # One pause of the collector across the list: each page's JSON is freed before any
-        # collection could walk it, and what is parsed is walked once, after. The list is
-        # bounded by the API timeouts; the collector's pause by the list.
+        # collection could walk it, and what is parsed is walked once, by the freeze after.
+        # The list is bounded by the API timeouts; the collector's pause by the list.
         with cyclic_gc_paused():
             for page in list_pages(self._api, self.resource, self._selectors, self._page_size):
                 if page.restart:
@@ -243,6 +243,7 @@ class Reflector(Generic[T]):
                     if problems:
                         rejections[key] = problems
                 version = page.resource_version
+        freeze_survivors()  # the store is long-lived: later collections need not walk it
         with self._lock:
             self._store, self._rejections = PersistentMap(store), rejections
             self._problems = None

@@ -22,7 +22,7 @@ from ipvsproxy.cluster.events import EventSink, EventSource
 from ipvsproxy.cluster.informer import InformerHooks
 from ipvsproxy.daemon.events import EventRecorder
 from ipvsproxy.daemon.health import ProxierHealth
-from ipvsproxy.daemon.heap import freeze_survivors, release_free_memory
+from ipvsproxy.daemon.heap import release_free_memory
 from ipvsproxy.daemon.http import (
     TEXT,
     Handler,
@@ -43,7 +43,7 @@ from ipvsproxy.daemon.quarantine_report import QuarantineReport
 from ipvsproxy.daemon.runner import BoundedFrequencyRunner
 from ipvsproxy.daemon.sources import ClusterSource, Reading
 from ipvsproxy.daemon.syncer import Interleave, Syncer, SyncMode, SyncReport
-from ipvsproxy.gcpause import cyclic_gc_paused
+from ipvsproxy.gcpause import cyclic_gc_paused, freeze_survivors
 from ipvsproxy.kernel.preconditions import try_scheduler
 from ipvsproxy.kernel.protocols import Kernel
 from ipvsproxy.model import DesiredState, RestoreIptables, VirtualServerState

@@ -3,6 +3,7 @@ keep the objects that did not change."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,3 +110,16 @@ def test_a_relist_keeps_the_parsed_objects_that_did_not_change(
     assert rejected(reflector) == [flawed]
     assert after[key("changed")].endpoints[0].addresses == ("10.244.0.10",)
     assert after[key("changed")].resource_version != before[key("changed")].resource_version
+
+
+def test_a_relist_keeps_what_it_parsed_out_of_later_collections(
+    kube: Kube, real_api: ApiConnection
+) -> None:
+    kube.add(service("svc-0"))
+    gc.unfreeze()
+    reflector = Reflector(real_api, SERVICES, parse_service, selectors=Selectors())
+    reflector.relist()
+
+    parsed = mine(reflector, kube.namespace)[ObjectKey(kube.namespace, "svc-0")]
+    assert gc.get_freeze_count() > 0
+    assert not any(obj is parsed for gen in range(3) for obj in gc.get_objects(gen))

@@ -1,10 +1,11 @@
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from ipvsproxy.gcpause import decode_json, without_cyclic_gc
+from ipvsproxy.gcpause import decode_json, freeze_survivors, without_cyclic_gc
 
 PATIENCE = 30.0
 
@@ -131,3 +132,24 @@ def test_a_pause_whose_function_raises_still_ends(collector_enabled: None) -> No
     with pytest.raises(RuntimeError):
         fail()
     assert gc.isenabled()
+
+
+class _Linked:
+    def __init__(self) -> None:
+        self.link: _Linked | None = None
+
+
+def test_freezing_collects_garbage_cycles_first_and_keeps_the_living_out_of_collections() -> None:
+    cycle = _Linked()
+    cycle.link = cycle
+    garbage = weakref.ref(cycle)
+    del cycle
+    living = _Linked()
+    gc.unfreeze()
+    assert not gc.get_freeze_count()
+
+    freeze_survivors()
+
+    assert garbage() is None
+    assert gc.get_freeze_count() > 0
+    assert not any(obj is living for gen in range(3) for obj in gc.get_objects(gen))
