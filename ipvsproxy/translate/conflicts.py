@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ipvsproxy.frozen_init import quick_init
 from ipvsproxy.model import AddressKind, ObjectKey, Rejection, SkipReason, VirtualServerKey
 from ipvsproxy.translate.node_ports import NodePortKey, PortUse
 
@@ -30,6 +31,7 @@ Contested = VirtualServerKey | NodePortKey
 K = TypeVar("K", bound=Contested)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     service: ObjectKey

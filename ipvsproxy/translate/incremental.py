@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from ipvsproxy.frozen_init import quick_init
 from ipvsproxy.gcpause import without_cyclic_gc
 from ipvsproxy.model import (
     TRAFFIC_POLICY_SCOPES,
@@ -111,6 +112,7 @@ def _drop_claim(claims: dict[K, dict[ObjectKey, Claim]], key: K, service: Object
         del claims[key]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _Share:
     """What one service brings, whichever virtual servers it wins."""
@@ -120,6 +122,7 @@ class _Share:
     members: tuple[Member, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _Won:
     """What one virtual server brings while its winner holds it."""
@@ -140,6 +143,7 @@ class _Published:
     entries: Mapping[str, PersistentSet[str]]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Translated:
     desired: DesiredState

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ipvsproxy.frozen_init import quick_init
 from ipvsproxy.model import TransportProtocol
 from ipvsproxy.translate.settings import Settings
 
@@ -24,6 +25,7 @@ class PortUse(enum.StrEnum):
     HEALTH_CHECK = "healthCheckNodePort"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NodePortKey:
     """One port of the node, on every address NodePorts use."""

@@ -13,6 +13,7 @@ from functools import partial
 from types import MappingProxyType
 
 from ipvsproxy.address_rules import unusable_reason
+from ipvsproxy.frozen_init import quick_init
 from ipvsproxy.model import (
     SCHEDULERS,
     AddressKind,
@@ -74,6 +75,7 @@ NO_FIREWALLS: Mapping[VirtualServerKey, Firewall] = MappingProxyType({})
 NO_NODE_PORTS: Mapping[NodePortKey, PortUse] = MappingProxyType({})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ServiceState:
     """One service's share of the desired state; each virtual server merged if it wins.
