@@ -181,6 +181,9 @@ class Endpoint:
     zone: str | None = None
     hints_for_zones: tuple[str, ...] | None = None
     hints_for_nodes: tuple[str, ...] | None = None
+    # The address kube-proxy programs, addresses[0], as ``cluster`` parsed and checked it
+    # against the slice's addressType; None in an FQDN slice. Derived, so not compared.
+    first_address: IPAddress | None = field(default=None, compare=False)
 
 
 @quick_init

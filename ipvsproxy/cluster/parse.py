@@ -411,10 +411,11 @@ def _hints(hints: Mapping[str, Any], field_name: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _check_endpoint_address(text: str, version: int | None, index: int) -> None:
-    """kube-proxy programs an endpoint's first address: it must be usable, of the slice's type."""
+def _endpoint_address(text: str, version: int | None, index: int) -> IPAddress | None:
+    """kube-proxy programs an endpoint's first address: it must be usable, of the slice's type.
+    None for an FQDN slice, whose addresses are not IP addresses."""
     if version is None:  # FQDN slices: left to translate, which handles none
-        return
+        return None
     if version == 4:
         # inet_pton takes what ipaddress takes for IPv4, many times faster; a miss is
         # explained by the slow path below.
@@ -428,7 +429,7 @@ def _check_endpoint_address(text: str, version: int | None, index: int) -> None:
                 raise ParseError(
                     f"endpoints[{index}] address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS
                 )
-            return
+            return ipaddress.IPv4Address(value)
     what = f"endpoints[{index}]"
     try:
         address = ipaddress.ip_address(text)
@@ -439,6 +440,7 @@ def _check_endpoint_address(text: str, version: int | None, index: int) -> None:
     reason = unusable_reason(address)
     if reason is not None:
         raise ParseError(f"{what} address {text} is {reason}", SkipReason.UNUSABLE_ADDRESS)
+    return address
 
 
 def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
@@ -451,7 +453,7 @@ def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
         addresses = _str_tuple(raw_addresses, f"endpoints[{index}].addresses")
     if not addresses:
         raise ParseError(f"endpoints[{index}] has no addresses")
-    _check_endpoint_address(addresses[0], version, index)
+    first_address = _endpoint_address(addresses[0], version, index)
     hints = _mapping(entry.get("hints"), "hints")
     return Endpoint(
         addresses=addresses,
@@ -460,6 +462,7 @@ def _endpoint(raw: Any, index: int, version: int | None) -> Endpoint:
         zone=_repeated(entry.get("zone"), "zone") or None,
         hints_for_zones=_hints(hints, "forZones") if hints else None,
         hints_for_nodes=_hints(hints, "forNodes") if hints else None,
+        first_address=first_address,
     )
 
 

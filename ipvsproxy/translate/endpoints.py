@@ -25,7 +25,8 @@ _Parsed = tuple[IPAddress, IPFamily, int]
 
 
 class AddressCache:
-    """Each endpoint address parsed once per translate, however many ports and slices name it.
+    """Each Service address (cluster and external IPs) parsed once per translate, however many
+    ports name it. Endpoint addresses come parsed (``Endpoint.first_address``).
 
     IPv4 goes through inet_pton, several times cheaper than ipaddress's parser and accepting
     exactly the same strings (four decimal octets, no leading zeros); anything else falls back
@@ -62,7 +63,7 @@ Candidates = dict[tuple[int, int], tuple[RealServerKey, Endpoint]]
 
 
 def find_candidates(
-    port: ServicePort, slices: Iterable[EndpointSlice], family: IPFamily, cache: AddressCache
+    port: ServicePort, slices: Iterable[EndpointSlice], family: IPFamily
 ) -> Candidates:
     """Endpoints of one family for one port, matched by port name; duplicates counted once."""
     found: Candidates = {}
@@ -80,12 +81,14 @@ def find_candidates(
         if target is None:
             continue
         for endpoint in endpoint_slice.endpoints:
-            parsed = cache.get(endpoint.addresses[0])
-            if parsed is None or parsed[1] is not family:
+            # Parsed by ``cluster``, of the slice's family: one address object per pod,
+            # shared by its real servers.
+            address = endpoint.first_address
+            if address is None:
                 continue
-            dedupe = (parsed[2], target)
+            dedupe = (int(address), target)
             if dedupe not in found:
-                found[dedupe] = (RealServerKey(parsed[0], target), endpoint)
+                found[dedupe] = (RealServerKey(address, target), endpoint)
     return found
 
 

@@ -346,7 +346,7 @@ def _service_state(
                 for ip in node.node_port_addresses
                 if IPFamily.of(ip) in families
             ]
-        candidates = {family: find_candidates(port, slices, family, cache) for family in families}
+        candidates = {family: find_candidates(port, slices, family) for family in families}
         # The endpoint choice depends only on family and policy scope, not on the address:
         # compute it once and share the frozen mapping between this port's virtual servers.
         if node.name is not None:

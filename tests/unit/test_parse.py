@@ -441,6 +441,28 @@ def test_endpoint_addresses_that_do_not_parse_or_are_of_the_wrong_family_are_nam
     assert [r.object for r in rejections] == ["EndpointSlice ns/e"] * 2
 
 
+@pytest.mark.parametrize(
+    ("address_type", "texts", "expected"),
+    [
+        ("IPv4", ("10.0.0.7", "10.0.0.8"), ipaddress.IPv4Address("10.0.0.7")),
+        ("IPv6", ("fd00::7",), ipaddress.IPv6Address("fd00::7")),
+        ("FQDN", ("backend.example",), None),
+    ],
+)
+def test_an_endpoint_carries_its_first_address_parsed(
+    address_type: str,
+    texts: tuple[str, ...],
+    expected: ipaddress.IPv4Address | ipaddress.IPv6Address | None,
+) -> None:
+    raw = _slice(address_type)
+    raw["endpoints"] = [{"addresses": list(texts)}]
+    parsed, rejections = parse_endpoint_slice(raw)
+    assert parsed is not None and not rejections
+    (endpoint,) = parsed.endpoints
+    assert endpoint.first_address == expected
+    assert endpoint.addresses == texts
+
+
 def test_node_addresses_and_pod_cidrs_that_do_not_parse_are_warned_about() -> None:
     parsed, rejections = parse_node(
         {
