@@ -2,12 +2,13 @@
 
 Runs outside the lab on the in-memory fake kernel, which already holds the cluster (the
 steady state a daemon resyncs against), and prints one JSON object: CPU seconds per stage
-and size. ``python -m bench.control_plane --sizes 1000,10000``.
+and size, the median of ``--runs`` with their spread and samples (a figure of one run moved
+by a tenth between runs on the same host). ``python -m bench.control_plane --sizes 1000,10000``.
 
 Decoding and parsing are as an informer's list does them, inside one pause of the cyclic
-collector, with the walk of what was parsed that follows; translation and the diff as the
-daemon's full sync does them, inside one pause of the cyclic collector that ends with the
-collection and freeze of what survives (``freeze_survivors``), whose CPU is counted too. The
+collector that ends with the collection and freeze of what was parsed; translation and the
+diff as the daemon's full sync does them, inside one pause that ends with the collection and
+freeze of what survives (``freeze_survivors``), whose CPU is counted too. The
 fake kernel's table, which a node keeps in the kernel, and the state read from it are made and
 frozen before the clock starts: reading the real kernel is the lab's "reconciler no-op resync",
 and the collection here walks only what the daemon's Python heap would hold.
@@ -18,13 +19,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import time
 from typing import Any
 
 from bench.cluster import NODE_NAME, as_list, cluster_objects
 from ipvsproxy.cluster.parse import snapshot_from_objects
-from ipvsproxy.daemon.heap import freeze_survivors
-from ipvsproxy.gcpause import cyclic_gc_paused, decode_json
+from ipvsproxy.gcpause import cyclic_gc_paused, decode_json, freeze_survivors
 from ipvsproxy.kernel.testing import FakeKernel
 from ipvsproxy.reconcile.reconciler import Reconciler, iptables_families
 from ipvsproxy.reconcile.state import KernelState
@@ -52,8 +53,8 @@ def measure(services: int) -> dict[str, Any]:
         decoded = time.process_time()
         snapshot, _ = snapshot_from_objects(objects, NODE_NAME)
         del objects  # an informer keeps only what it parsed
-    # The daemon's next allocation after the list makes this walk of all it parsed.
-    gc.collect(0)
+        # As an informer's list ends: what it parsed is collected once and frozen.
+        freeze_survivors()
     parsed = time.process_time()
     with cyclic_gc_paused():
         desired = translate(snapshot, Settings())
@@ -74,12 +75,26 @@ def measure(services: int) -> dict[str, Any]:
     }
 
 
+def measure_runs(services: int, runs: int) -> dict[str, Any]:
+    """Each stage's median over ``runs``, with ``_min``, ``_max`` and the samples."""
+    samples = [measure(services) for _ in range(runs)]
+    figures: dict[str, Any] = {}
+    for name in samples[0]:
+        values = [sample[name] for sample in samples]
+        figures[name] = statistics.median(values)
+        figures[f"{name}_min"], figures[f"{name}_max"] = min(values), max(values)
+        figures[f"{name}_runs"] = len(values)
+        figures[f"{name}_samples"] = values
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1000,5000,10000")
+    parser.add_argument("--runs", type=int, default=5, help="runs per size (5)")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
-    print(json.dumps({str(size): measure(size) for size in sizes}, indent=2))
+    print(json.dumps({str(size): measure_runs(size, args.runs) for size in sizes}, indent=2))
 
 
 if __name__ == "__main__":

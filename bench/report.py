@@ -201,7 +201,7 @@ ROWS: tuple[Row, ...] = (
     ("reconciler first sync, s", lambda f: f["first_sync_s"]),
     ("first_sync_ratio", lambda f: f["first_sync_ratio"]),
     ("reconciler resync: wall s / CPU s / writes", _triple),
-    ("translate + diff, CPU s (outside the lab)", lambda f: f["translate_diff_cpu_s"]),
+    ("translate + diff, CPU s (outside the lab)", lambda f: _span(f, "translate_diff_cpu_s")),
     ("one-change latency p50 / p99, ms", lambda f: _pair(f["latency_p50_ms"], f["latency_p99_ms"])),
     # 1h: no periodic full sync inside the changes' window; 30s: the chart's, inside it.
     ("  daemon's --ipvs-sync-period", lambda f: f.get("daemon_sync_period")),
