@@ -21,8 +21,6 @@ from ipvsproxy.model import (
 
 HANDLED_ADDRESS_TYPES = {"IPv4": IPFamily.IPV4, "IPv6": IPFamily.IPV6}
 
-_Parsed = tuple[IPAddress, IPFamily, int]
-
 
 class AddressCache:
     """Each Service address (cluster and external IPs) parsed once per translate, however many
@@ -34,22 +32,20 @@ class AddressCache:
     """
 
     def __init__(self) -> None:
-        self._parsed: dict[str, _Parsed | None] = {}
+        self._parsed: dict[str, IPAddress | None] = {}
 
-    def get(self, text: str) -> _Parsed | None:
-        """The address with its family and integer value, or None if it is not one."""
-        # A miss is the common case (each pod has an address of its own): test membership
+    def get(self, text: str) -> IPAddress | None:
+        """The address, or None if ``text`` is not one."""
+        # A miss is the common case (each Service has addresses of its own): test membership
         # rather than catch KeyError, whose raising costs more than the lookup.
         if text in self._parsed:
             return self._parsed[text]
-        parsed: _Parsed | None
+        parsed: IPAddress | None
         try:
-            value = int.from_bytes(socket.inet_pton(socket.AF_INET, text))
-            parsed = (ipaddress.IPv4Address(value), IPFamily.IPV4, value)
+            parsed = ipaddress.IPv4Address(int.from_bytes(socket.inet_pton(socket.AF_INET, text)))
         except (OSError, ValueError):
             try:
-                address = ipaddress.ip_address(text)
-                parsed = (address, IPFamily.of(address), int(address))
+                parsed = ipaddress.ip_address(text)
             except ValueError:
                 parsed = None
         self._parsed[text] = parsed

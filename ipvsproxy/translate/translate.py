@@ -153,8 +153,8 @@ def _addresses(
             state.rejections.append(
                 Rejection(f"Service {service.key}", f"{what} {raw!r} is not an IP address; ignored")
             )
-        elif _usable(parsed[0], what, service, state):
-            found.append(parsed[0])
+        elif _usable(parsed, what, service, state):
+            found.append(parsed)
     return found
 
 
