@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,38 @@ def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
     # Later reads are the kernel's own, each a save of its own.
     iptables.our_chains(IPFamily.IPV4)
     assert commands.started() == [*detection, "iptables-legacy-save"]
+
+
+def test_a_sync_that_reads_ahead_takes_detections_saves_even_after_a_long_ipvs_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = _Commands(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    netfilter = CommandNetfilter()
+
+    # As a sync reads ahead before it dumps IPVS: the first read ahead detects the backend.
+    netfilter.read_ahead(IPFamily.IPV4)
+    netfilter.read_ahead(IPFamily.IPV6)
+    now[0] += 30  # a 10,000-service IPVS dump in the lab
+    netfilter.save(IPFamily.IPV4)
+    netfilter.save(IPFamily.IPV6)
+
+    assert commands.started() == [
+        "iptables-nft-save",
+        "iptables-nft-restore",
+        "iptables-legacy-save",
+        "iptables-legacy-restore",
+        "ip6tables-legacy-save",
+    ]
+    # Past the read-ahead bound, a detection's save no longer stands for the kernel.
+    later = CommandNetfilter()
+    later.read_ahead(IPFamily.IPV4)
+    now[0] += 61
+    later.save(IPFamily.IPV6)
+    assert commands.started()[-1:] == ["ip6tables-legacy-save"]
+    assert len(commands.started()) == 11
 
 
 def _counting_commands(folder: Path) -> Path:

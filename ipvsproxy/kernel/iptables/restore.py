@@ -235,37 +235,49 @@ class Iptables:
             self.netfilter.restore(family, text)
 
 
-# How old a save taken by backend detection may be and still stand for a new one: the sync
-# that detected the backend reads it within moments; anything later reads the kernel again.
-FRESH_SAVE_SECONDS = 2.0
 # How old a save read ahead may be: a sync's read of the kernel (a full sync's, at 10,000
-# services, takes seconds); one left by a sync that never took it is not used.
+# services, takes seconds); one left by a sync that never took it is not used. Backend
+# detection's saves count as read ahead: detection runs inside the read or write that needs
+# the backend, and its saves stand for the ones that read or write takes next.
 AHEAD_SAVE_SECONDS = 60.0
+
+
+class _Taken:
+    """A save already done (backend detection's), taken as a save started ahead is."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def output(self) -> str:
+        return self._text
+
+    def discard(self) -> None:
+        """Nothing runs: the text is dropped with this."""
 
 
 class CommandNetfilter:
     def __init__(self, backend: str | None = None) -> None:
         self._backend = backend
-        # Detection's saves, each read at most once, by a save that follows it at once.
-        self._unread: dict[IPFamily, str] = {}
-        self._detected_at = 0.0
-        # Saves read ahead, running or done, each with when it started.
-        self._ahead: dict[IPFamily, tuple[float, Started]] = {}
+        # Saves read ahead, running or done, each with when it started; each taken at most once.
+        self._ahead: dict[IPFamily, tuple[float, Started | _Taken]] = {}
 
     @property
     def backend(self) -> str:
         if self._backend is None:
+            started = time.monotonic()
             detected = detect()
             self._backend = detected.backend
-            self._unread = dict(detected.saved)
-            self._detected_at = time.monotonic()
+            for family, text in detected.saved.items():
+                self._ahead[family] = (started, _Taken(text))
         return self._backend
 
     def read_ahead(self, family: IPFamily) -> None:
-        if family in self._unread or family in self._ahead:
-            return
         try:
-            started = Started([binary(self.backend, family, "save")])
+            # Detected first: detection may itself save this family.
+            backend = self.backend
+            if family in self._ahead:
+                return
+            started = Started([binary(backend, family, "save")])
         except (IptablesError, OSError):
             # The save this was for meets the same and says so, where its failure counts.
             return
@@ -273,9 +285,6 @@ class CommandNetfilter:
 
     def save(self, family: IPFamily) -> str:
         backend = self.backend
-        unread = self._unread.pop(family, None)
-        if unread is not None and time.monotonic() - self._detected_at < FRESH_SAVE_SECONDS:
-            return unread
         ahead = self._ahead.pop(family, None)
         if ahead is not None:
             since, started = ahead
