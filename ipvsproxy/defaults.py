@@ -15,6 +15,9 @@ MIN_SYNC_PERIOD_SECONDS = 1.0
 HEALTHZ_BIND = ("0.0.0.0", 10256)
 METRICS_BIND = ("127.0.0.1", 10249)
 LOGGING_FORMAT = "text"
+# Bind hosts that mean every address: Go's net.Listen("tcp", ...) on one, as kube-proxy
+# serves, listens on both families.
+UNSPECIFIED_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 def bind_text(address: tuple[str, int]) -> str:

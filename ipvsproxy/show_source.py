@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ipvsproxy.config import parse_bind_address
-from ipvsproxy.daemon.http import UNSPECIFIED_HOSTS
+from ipvsproxy.defaults import UNSPECIFIED_HOSTS
 from ipvsproxy.model import ObjectKey
 from ipvsproxy.owners import MAX_BODY, PATH, OwnersAnswer, parse_owners
 

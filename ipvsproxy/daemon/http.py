@@ -42,6 +42,7 @@ from http import HTTPStatus
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+from ipvsproxy.defaults import UNSPECIFIED_HOSTS
 from ipvsproxy.supervise import Supervisor, Worker, stop_all
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,6 @@ ANY_PATH = "*"
 TEXT = "text/plain; charset=utf-8"
 
 
-# Go's net.Listen("tcp", ...) on an unspecified address, as kube-proxy serves: both families.
-UNSPECIFIED_HOSTS = frozenset({"", "0.0.0.0", "::"})
 # accept() errors that say the process or the system is out of something: wait, then retry.
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE_FIRST, _ACCEPT_PAUSE_MAX = 0.005, 1.0

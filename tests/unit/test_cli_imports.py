@@ -59,8 +59,8 @@ def _pyroute2_modules(module: str, then: str) -> list[int]:
     return [int(line) for line in done.stdout.split()]
 
 
-# What only making the dummy link, flushing flows, a YAML file or ``show`` asking the daemon
-# needs: loaded at its first use. pyroute2's generic netlink package brings asyncio and ssl,
+# What only making the dummy link, flushing flows, a YAML file, ``show`` asking the daemon or
+# ``run`` needs: loaded at its first use. pyroute2's generic netlink package brings asyncio and ssl,
 # hashlib OpenSSL (_hashlib): each tens to hundreds of ms of a start in the lab.
 FIRST_USE = """
 import importlib, sys
@@ -76,6 +76,8 @@ LOADED_AT_FIRST_USE = (
     "_hashlib",
     "yaml",
     "http.client",
+    "ipvsproxy.daemon",
+    "email",
 )
 
 
