@@ -46,6 +46,16 @@ def test_too_deep_is_one_line(text: str) -> None:
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize("innermost", ["[]", '{"a": 1}'])
+def test_nesting_is_refused_one_level_past_the_bound_and_not_at_it(innermost: str) -> None:
+    def nested(levels: int) -> str:
+        return "[" * (levels - 1) + innermost + "]" * (levels - 1)
+
+    assert load_documents(nested(MAX_DEPTH)).documents
+    with pytest.raises(LoadError, match="nested deeper"):
+        load_documents(nested(MAX_DEPTH + 1))
+
+
 def test_duplicate_keys_are_recorded_for_yaml_and_json() -> None:
     yaml_text = "kind: Service\nmetadata: {name: a, name: b}\nspec: {}\nspec: {ports: []}\n"
     loaded = load_documents(yaml_text)
