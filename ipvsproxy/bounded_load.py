@@ -68,7 +68,7 @@ def read_bounded(
             raise LoadError(refusal)
         if opened.st_size > max_bytes:
             raise LoadError(_too_big(f"{opened.st_size} bytes", max_bytes, bound))
-        data = _read_at_most(fd, max_bytes + 1)
+        data = _read_at_most(fd, max_bytes + 1, opened.st_size)
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # it grew after fstat
@@ -76,15 +76,20 @@ def read_bounded(
     return data, opened
 
 
-def _read_at_most(fd: int, limit: int) -> bytes:
+def _read_at_most(fd: int, limit: int, expected: int) -> bytes:
+    """Up to ``limit`` bytes; a file of the ``expected`` size that does not grow in one read,
+    so its bytes are written once (chunks and their join touched twice the file's pages, each
+    a page fault, slow in the lab)."""
     chunks: list[bytes] = []
+    size = expected + 1
     while limit > 0:
-        chunk = os.read(fd, min(limit, 1 << 20))
+        chunk = os.read(fd, min(limit, size))
         if not chunk:
             break
         chunks.append(chunk)
         limit -= len(chunk)
-    return b"".join(chunks)
+        size = 1 << 20
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_big(size: str, max_bytes: int, bound: str) -> str:

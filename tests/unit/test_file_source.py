@@ -133,6 +133,29 @@ def test_a_file_that_grows_past_the_bound_after_fstat_is_refused(tmp_path: Path)
         read_bounded("/proc/self/status", 10, "(test)")
 
 
+def test_a_file_longer_than_its_fstat_size_is_read_whole_within_the_bound() -> None:
+    data, opened = read_bounded("/proc/self/status", 1 << 20, "(test)")
+    assert opened.st_size == 0
+    assert data.startswith(b"Name:") and data.endswith(b"\n") and b"VmRSS" in data
+
+
+def test_a_file_is_read_whole_in_one_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = tmp_path / "big.json"
+    manifest.write_bytes(b"x" * (3 << 20))
+    sizes: list[int] = []
+    real_read = os.read
+
+    def recording_read(fd: int, size: int) -> bytes:
+        sizes.append(size)
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", recording_read)
+    data, _ = read_bounded(manifest, 10 << 20, "(test)")
+    assert data == b"x" * (3 << 20)
+    # The whole file, then the end of it: no chunks joined into a second copy.
+    assert sizes == [(3 << 20) + 1, 1 << 20]
+
+
 # -- an incremental reading is the reading afresh -------------------------------------------------
 
 # Objects files may hold: two versions of two services, a slice, the node, an invalid service.
