@@ -234,7 +234,8 @@ def write_config(profile: Profile, node: NodeLayout, kubeconfig: Path, folder: P
 
 
 def kube_proxy(binary: Path, config: Path, node: NodeLayout, log_path: Path) -> Proxy:
-    command = [str(binary), f"--config={config}", "--v=3"]
+    # config.go at 4 logs the topology handler's calls: whether it learnt its node's zone.
+    command = [str(binary), f"--config={config}", "--v=3", "--vmodule=config=4"]
     return Proxy("kube-proxy", node, command, log_path, KUBE_PROXY_COUNTING)
 
 

@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             pair.start()
             try:
-                pair.wait(cluster)
-                log(f"{work}: both proxies synced in {time.monotonic() - started:.0f} s")
+                took = pair.wait_started(cluster)
+                log(f"{work}: both proxies synced in {time.monotonic() - started:.0f} s: {took}")
                 start = [found_in(profile, "start", d, cluster) for d in pair.differences()]
                 _record(results, start)
                 index, count = work.part
