@@ -10,17 +10,21 @@ Every byte read here is written by someone we do not trust, so reading and loadi
 * nesting deeper than ``MAX_DEPTH`` is refused (no Kubernetes object we read comes close);
 * duplicate mapping keys are reported rather than silently won by the last one.
 
-JSON goes through the json module and YAML through libyaml (``yaml_documents``).
+JSON goes through the json module and YAML through libyaml (``yaml_documents``). A JSON
+``kind: List`` (what ``kubectl get -o json`` writes) is decoded one item at a time
+(``load_each``): its items as Python objects are eight times its text, and only one of them
+is held at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 MAX_DEPTH = 100
 # Containers a document may hold beyond one per byte of its text, before aliases count as
@@ -28,8 +32,20 @@ MAX_DEPTH = 100
 EXPANSION_ALLOWANCE = 1000
 
 
+_JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+T = TypeVar("T")
+
+
 class LoadError(ValueError):
     """The text is not a usable document; the message is one line, without the file name."""
+
+
+class _NotAList(Exception):
+    """The text turned out not to be a JSON ``kind: List``: it is loaded whole instead.
+
+    Not a ValueError, so that nothing that handles a bad document catches it on its way out
+    of a consumer."""
 
 
 _FILE_TYPES = {
@@ -118,8 +134,8 @@ class Documents:
         ]
 
 
-def _load_json(text: str) -> Documents | None:
-    """The JSON document, or None when the text is not JSON (it may still be YAML)."""
+def _json_decoder() -> tuple[json.JSONDecoder, dict[int, list[str]]]:
+    """A decoder, and the duplicate keys of the mappings it decodes by ``id()``."""
     duplicate_keys: dict[int, list[str]] = {}
 
     def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -129,13 +145,91 @@ def _load_json(text: str) -> Documents | None:
             duplicate_keys[id(data)] = sorted({key for key in keys if keys.count(key) > 1})
         return data
 
+    return json.JSONDecoder(object_pairs_hook=pairs_to_dict), duplicate_keys
+
+
+def _load_json(text: str) -> Documents | None:
+    """The JSON document, or None when the text is not JSON (it may still be YAML)."""
+    decoder, duplicate_keys = _json_decoder()
     try:
-        document = json.loads(text, object_pairs_hook=pairs_to_dict)
+        document = decoder.decode(text)
     except RecursionError:
         raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from None
     except ValueError:
         return None
     return Documents([] if document is None else [document], duplicate_keys)
+
+
+def _after_whitespace(text: str, index: int) -> int:
+    match = _JSON_WHITESPACE.match(text, index)
+    assert match is not None  # it matches the empty string too
+    return match.end()
+
+
+def _decode_at(text: str, index: int, depth: int) -> tuple[Documents, int]:
+    """The JSON value after whitespace at ``index`` (at ``depth`` in its document, its shape
+    checked) and the index past it; _NotAList when there is none."""
+    decoder, duplicate_keys = _json_decoder()
+    try:
+        value, end = decoder.raw_decode(text, _after_whitespace(text, index))
+    except RecursionError:
+        raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        raise _NotAList from None
+    _check_shape([value], len(text) + EXPANSION_ALLOWANCE, depth)
+    return Documents([value], duplicate_keys), end
+
+
+def _expect(text: str, index: int, characters: str) -> tuple[str, int]:
+    """The character after whitespace at ``index``, one of ``characters``, and the index past
+    it; _NotAList for any other."""
+    index = _after_whitespace(text, index)
+    found = text[index : index + 1]
+    if not found or found not in characters:
+        raise _NotAList
+    return found, index + 1
+
+
+def _list_items(text: str) -> Iterator[Documents]:
+    """Each item of the JSON ``kind: List`` object that is the whole text, decoded when asked
+    for, each with the duplicate keys of its own mappings.
+
+    Raises _NotAList, after some items perhaps, when the text is anything else: not JSON, a
+    top-level key given twice (the last would win), no ``kind: List``, ``items`` no array."""
+    _, index = _expect(text, 0, "{")
+    keys: set[str] = set()
+    kind: Any = None
+    separator = ","
+    while separator == ",":
+        key, index = _decode_at(text, index, 2)
+        [name] = key.documents
+        if type(name) is not str or name in keys:
+            raise _NotAList
+        keys.add(name)
+        _, index = _expect(text, index, ":")
+        if name == "items":
+            index = yield from _array_items(text, index)
+        else:
+            value, index = _decode_at(text, index, 2)
+            if name == "kind":
+                kind = value.documents[0]
+        separator, index = _expect(text, index, ",}")
+    if kind != "List" or "items" not in keys or _after_whitespace(text, index) != len(text):
+        raise _NotAList
+
+
+def _array_items(text: str, index: int) -> Generator[Documents, None, int]:
+    """The items of the JSON array at ``index``, one at a time; returns the index past it."""
+    _, index = _expect(text, index, "[")
+    index = _after_whitespace(text, index)
+    if text[index : index + 1] == "]":
+        return index + 1
+    separator = ","
+    while separator == ",":
+        item, index = _decode_at(text, index, 3)
+        yield item
+        separator, index = _expect(text, index, ",]")
+    return index
 
 
 def _containers(root: Any) -> Iterator[Any]:
@@ -148,8 +242,9 @@ def _containers(root: Any) -> Iterator[Any]:
         stack.extend(v for v in values if type(v) is dict or type(v) is list)
 
 
-def _check_shape(documents: list[Any], budget: int) -> None:
-    """Refuse nesting past MAX_DEPTH and alias expansion past ``budget`` containers.
+def _check_shape(documents: list[Any], budget: int, depth: int = 1) -> None:
+    """Refuse nesting past MAX_DEPTH and alias expansion past ``budget`` containers; the
+    documents are at ``depth`` (a List's items are at 3).
 
     Level by level, each level's containers gathered in one comprehension per container:
     half the time of a walk that carries each container's depth (a tenth of loading a
@@ -157,7 +252,6 @@ def _check_shape(documents: list[Any], budget: int) -> None:
     of aliases never grows past it by more than one container's children."""
     level = [document for document in documents if type(document) in (dict, list)]
     seen = len(level)
-    depth = 1
     while level:
         if depth > MAX_DEPTH:
             raise LoadError(f"nested deeper than {MAX_DEPTH} levels")
@@ -186,3 +280,21 @@ def load_documents(text: str) -> Documents:
         loaded = load_yaml(text)
     _check_shape(loaded.documents, len(text) + EXPANSION_ALLOWANCE)
     return loaded
+
+
+def load_each(text: str, consume: Callable[[Iterable[Documents]], T]) -> T:
+    """What ``consume`` makes of the text's documents, handed to it one by one.
+
+    A JSON ``kind: List`` comes one item at a time, each item a Documents of its own, so that
+    ``consume`` can keep what it makes of an item and drop the item. Any other text comes as
+    its one Documents. A text that begins like a List and turns out to be none (its ``kind``
+    may come after its items) is given to ``consume`` again, whole: ``consume`` must keep
+    nothing of a call but what it returns. Raises LoadError (one line) as load_documents.
+    """
+    start = _after_whitespace(text, 0)
+    if text[start : start + 1] == "{":
+        try:
+            return consume(_list_items(text))
+        except _NotAList:
+            pass
+    return consume([load_documents(text)])

@@ -8,11 +8,11 @@ of bounded_load. Every rejection names the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ipvsproxy.bounded_load import Documents, LoadError, load_documents, read_bounded
+from ipvsproxy.bounded_load import Documents, LoadError, load_each, read_bounded
 from ipvsproxy.cluster.manifest_scan import Stamp, stamp_of
 from ipvsproxy.cluster.parse import ParsedObject, describe, parse_object
 from ipvsproxy.model import Rejection, SkipReason
@@ -58,12 +58,21 @@ def read_file(path: str, max_file_size: int) -> tuple[bytes, Stamp]:
     return data, stamp_of(opened)
 
 
-def documents_of(data: bytes) -> Documents:
-    """The documents of a file's bytes; LoadError (one line, without the file's name)."""
+def text_of(data: bytes) -> str:
+    """A file's bytes as text; LoadError (one line, without the file's name)."""
     try:
-        return load_documents(data.decode("utf-8"))
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise LoadError(f"cannot read: {error}") from None
+
+
+def objects_of(data: bytes) -> list[Any]:
+    """Every object of a file's bytes, List wrappers unpacked; LoadError (one line)."""
+    return load_each(text_of(data), _objects)
+
+
+def _objects(loaded: Iterable[Documents]) -> list[Any]:
+    return [obj for documents in loaded for d in documents.documents for obj in flatten(d)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,38 +89,51 @@ def _prefixed(path: str, rejections: list[Rejection]) -> list[Rejection]:
 
 
 def claims_of(
-    path: str, documents: Documents, node_name: str | None
+    path: str, data: bytes, node_name: str | None
 ) -> tuple[dict[Identity, Claim], list[Rejection]]:
-    """The file's claims (the last object of each identity, parsed) and its own rejections."""
+    """The file's claims (the last object of each identity, parsed) and its own rejections;
+    LoadError (one line, without the file's name) for a file that cannot be loaded.
+
+    Each object is parsed as it comes, so of a JSON List only one item is held unparsed."""
+    return load_each(text_of(data), lambda loaded: _claims(path, loaded, node_name))
+
+
+def _claims(
+    path: str, loaded: Iterable[Documents], node_name: str | None
+) -> tuple[dict[Identity, Claim], list[Rejection]]:
     rejections: list[Rejection] = []
-    last: dict[Identity, Any] = {}
-    for document in documents.documents:
-        for obj in flatten(document):
-            repeated = documents.duplicates_in(obj) if isinstance(obj, Mapping) else []
-            if repeated:
-                keys = ", ".join(sorted(set(map(repr, repeated))))
-                rejections.append(
-                    Rejection(
-                        f"{path}: {describe(obj)}",
-                        f"duplicate mapping keys {keys}: the last of each is used",
-                        SkipReason.DUPLICATE,
+    claims: dict[Identity, Claim] = {}
+    for documents in loaded:
+        for document in documents.documents:
+            for obj in flatten(document):
+                rejections += _duplicate_keys(path, documents, obj)
+                identity = _identity(obj)
+                item, problems = parse_object(obj, node_name)
+                if identity is None:
+                    rejections += _prefixed(path, problems)
+                    continue
+                if claims.pop(identity, None) is not None:
+                    rejections.append(
+                        Rejection(
+                            f"{path}: {describe(obj)}",
+                            "also defined earlier in the same file; this later one is used",
+                            SkipReason.DUPLICATE,
+                        )
                     )
-                )
-            identity = _identity(obj)
-            if identity is None:
-                rejections += _prefixed(path, parse_object(obj, node_name)[1])
-                continue
-            if last.pop(identity, None) is not None:
-                rejections.append(
-                    Rejection(
-                        f"{path}: {describe(obj)}",
-                        "also defined earlier in the same file; this later one is used",
-                        SkipReason.DUPLICATE,
-                    )
-                )
-            last[identity] = obj
-    claims = {}
-    for identity, obj in last.items():
-        item, problems = parse_object(obj, node_name)
-        claims[identity] = Claim(f"{path}: {describe(obj)}", item, tuple(_prefixed(path, problems)))
+                description = f"{path}: {describe(obj)}"
+                claims[identity] = Claim(description, item, tuple(_prefixed(path, problems)))
     return claims, rejections
+
+
+def _duplicate_keys(path: str, documents: Documents, obj: Any) -> list[Rejection]:
+    repeated = documents.duplicates_in(obj) if isinstance(obj, Mapping) else []
+    if not repeated:
+        return []
+    keys = ", ".join(sorted(set(map(repr, repeated))))
+    return [
+        Rejection(
+            f"{path}: {describe(obj)}",
+            f"duplicate mapping keys {keys}: the last of each is used",
+            SkipReason.DUPLICATE,
+        )
+    ]

@@ -38,8 +38,7 @@ from ipvsproxy.cluster.manifest_file import (
     Claim,
     Identity,
     claims_of,
-    documents_of,
-    flatten,
+    objects_of,
     read_file,
 )
 from ipvsproxy.cluster.manifest_scan import ScanError, Stamp, path_order, scan, stamp_of
@@ -183,7 +182,7 @@ class ManifestFolder:
 
     def _reading(self, path: str, data: bytes, stamp: Stamp, digest: bytes) -> _FileReading:
         try:
-            claims, rejections = claims_of(path, documents_of(data), self._node_name)
+            claims, rejections = claims_of(path, data, self._node_name)
         except LoadError as error:
             return _FileReading(stamp, digest, {}, [], f"{path}: {error}")
         return _FileReading(stamp, digest, claims, rejections)
@@ -330,13 +329,11 @@ def load_objects(path: Path, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> list
     objects: list[Any] = []
     for file in files:
         try:
-            documents = documents_of(read_file(file, max_file_size)[0])
+            objects += objects_of(read_file(file, max_file_size)[0])
         except LoadError as error:
             raise SourceError(f"{file}: {error}") from None
         except OSError as error:
             raise SourceError(f"{file}: cannot read: {error.strerror or error}") from None
-        for document in documents.documents:
-            objects.extend(flatten(document))
     return objects
 
 

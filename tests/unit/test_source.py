@@ -94,6 +94,23 @@ def test_duplicate_objects_are_named_with_the_one_used(tmp_path: Path) -> None:
     ) in [(r.object, r.reason) for r in rejections]
 
 
+def test_an_object_given_twice_in_one_list_is_its_later_one_alone(tmp_path: Path) -> None:
+    # Items of a JSON List are parsed as they come: the earlier one's own problems (no
+    # spec) must not be reported once a later one takes its place.
+    path = tmp_path / "list.json"
+    earlier = {"kind": "Service", "metadata": {"name": "one", "namespace": "x"}}
+    later = {**earlier, "spec": {"clusterIP": "10.0.0.2", "ports": [{"port": 80}]}}
+    path.write_text(json.dumps({"apiVersion": "v1", "items": [earlier, later], "kind": "List"}))
+    snapshot, rejections = load_snapshot(path, None)
+    assert snapshot.services[ObjectKey("x", "one")].cluster_ips == ("10.0.0.2",)
+    assert [(r.object, r.reason) for r in rejections] == [
+        (
+            f"{path}: Service x/one",
+            "also defined earlier in the same file; this later one is used",
+        )
+    ]
+
+
 def test_duplicate_keys_are_named_with_file_and_object(tmp_path: Path) -> None:
     path = tmp_path / "a.yaml"
     path.write_text(SERVICE + "spec: {clusterIP: 10.0.0.3}\n")
