@@ -156,6 +156,41 @@ def test_endpoint_without_addresses_is_dropped() -> None:
     assert "no addresses" in rejections[0].reason
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "kept"),
+    [
+        ({"addresses": ["10.1.0.1", "10.1.0.2"], "zone": ""}, (("10.1.0.1", "10.1.0.2"), None)),
+        ({"addresses": ["10.1.0.1"], "nodeName": "n1", "zone": "z1"}, (("10.1.0.1",), "z1")),
+        ({"addresses": [1]}, None),
+        ({"addresses": "10.1.0.1"}, None),
+        ({"addresses": ["10.1.0.1"], "nodeName": 7}, None),
+        ({"addresses": ["10.1.0.1"], "hints": []}, None),
+    ],
+    ids=["two-addresses", "named", "not-a-string", "not-a-list", "node-not-a-string", "hints-list"],
+)
+def test_an_endpoint_is_kept_whole_or_dropped_with_a_reason(
+    endpoint: dict[str, object], kept: tuple[tuple[str, ...], str | None] | None
+) -> None:
+    parsed, rejections = parse_endpoint_slice(
+        {
+            "metadata": {
+                "name": "e",
+                "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": "s"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [endpoint],
+        }
+    )
+    assert parsed is not None
+    if kept is None:
+        assert parsed.endpoints == ()
+        assert rejections[0].reason.endswith("; endpoint dropped")
+    else:
+        assert [(e.addresses, e.zone) for e in parsed.endpoints] == [kept]
+        assert rejections == []
+
+
 def test_slice_without_service_label_is_rejected() -> None:
     parsed, rejections = parse_endpoint_slice({"metadata": {"name": "e"}})
     assert parsed is None
