@@ -171,17 +171,7 @@ def test_endpoint_without_addresses_is_dropped() -> None:
 def test_an_endpoint_is_kept_whole_or_dropped_with_a_reason(
     endpoint: dict[str, object], kept: tuple[tuple[str, ...], str | None] | None
 ) -> None:
-    parsed, rejections = parse_endpoint_slice(
-        {
-            "metadata": {
-                "name": "e",
-                "namespace": "ns",
-                "labels": {"kubernetes.io/service-name": "s"},
-            },
-            "addressType": "IPv4",
-            "endpoints": [endpoint],
-        }
-    )
+    parsed, rejections = parse_endpoint_slice({**_slice("IPv4"), "endpoints": [endpoint]})
     assert parsed is not None
     if kept is None:
         assert parsed.endpoints == ()
