@@ -166,10 +166,14 @@ def _after_whitespace(text: str, index: int) -> int:
     return match.end()
 
 
-def _decode_at(text: str, index: int, depth: int) -> tuple[Documents, int]:
+def _decode_at(
+    decoding: tuple[json.JSONDecoder, dict[int, list[str]]], text: str, index: int, depth: int
+) -> tuple[Documents, int]:
     """The JSON value after whitespace at ``index`` (at ``depth`` in its document, its shape
-    checked) and the index past it; _NotAList when there is none."""
-    decoder, duplicate_keys = _json_decoder()
+    checked) and the index past it; _NotAList when there is none. ``decoding`` is one text's
+    _json_decoder: its duplicate keys are taken into the value's Documents, so that an id
+    freed with an earlier value is never read as this one's."""
+    decoder, duplicate_keys = decoding
     try:
         value, end = decoder.raw_decode(text, _after_whitespace(text, index))
     except RecursionError:
@@ -177,7 +181,9 @@ def _decode_at(text: str, index: int, depth: int) -> tuple[Documents, int]:
     except ValueError:
         raise _NotAList from None
     _check_shape([value], len(text) + EXPANSION_ALLOWANCE, depth)
-    return Documents([value], duplicate_keys), end
+    found = dict(duplicate_keys)
+    duplicate_keys.clear()
+    return Documents([value], found), end
 
 
 def _expect(text: str, index: int, characters: str) -> tuple[str, int]:
@@ -197,20 +203,21 @@ def _list_items(text: str) -> Iterator[Documents]:
     Raises _NotAList, after some items perhaps, when the text is anything else: not JSON, a
     top-level key given twice (the last would win), no ``kind: List``, ``items`` no array."""
     _, index = _expect(text, 0, "{")
+    decoding = _json_decoder()
     keys: set[str] = set()
     kind: Any = None
     separator = ","
     while separator == ",":
-        key, index = _decode_at(text, index, 2)
+        key, index = _decode_at(decoding, text, index, 2)
         [name] = key.documents
         if type(name) is not str or name in keys:
             raise _NotAList
         keys.add(name)
         _, index = _expect(text, index, ":")
         if name == "items":
-            index = yield from _array_items(text, index)
+            index = yield from _array_items(decoding, text, index)
         else:
-            value, index = _decode_at(text, index, 2)
+            value, index = _decode_at(decoding, text, index, 2)
             if name == "kind":
                 kind = value.documents[0]
         separator, index = _expect(text, index, ",}")
@@ -218,7 +225,9 @@ def _list_items(text: str) -> Iterator[Documents]:
         raise _NotAList
 
 
-def _array_items(text: str, index: int) -> Generator[Documents, None, int]:
+def _array_items(
+    decoding: tuple[json.JSONDecoder, dict[int, list[str]]], text: str, index: int
+) -> Generator[Documents, None, int]:
     """The items of the JSON array at ``index``, one at a time; returns the index past it."""
     _, index = _expect(text, index, "[")
     index = _after_whitespace(text, index)
@@ -226,7 +235,7 @@ def _array_items(text: str, index: int) -> Generator[Documents, None, int]:
         return index + 1
     separator = ","
     while separator == ",":
-        item, index = _decode_at(text, index, 3)
+        item, index = _decode_at(decoding, text, index, 3)
         yield item
         separator, index = _expect(text, index, ",]")
     return index
@@ -287,14 +296,12 @@ def load_each(text: str, consume: Callable[[Iterable[Documents]], T]) -> T:
 
     A JSON ``kind: List`` comes one item at a time, each item a Documents of its own, so that
     ``consume`` can keep what it makes of an item and drop the item. Any other text comes as
-    its one Documents. A text that begins like a List and turns out to be none (its ``kind``
-    may come after its items) is given to ``consume`` again, whole: ``consume`` must keep
-    nothing of a call but what it returns. Raises LoadError (one line) as load_documents.
+    its one Documents. A text that turns out to be no List (at its first character, or after
+    its items: ``kind`` may come after them) is given to ``consume`` again, whole:
+    ``consume`` must keep nothing of a call but what it returns. Raises LoadError (one
+    line) as load_documents.
     """
-    start = _after_whitespace(text, 0)
-    if text[start : start + 1] == "{":
-        try:
-            return consume(_list_items(text))
-        except _NotAList:
-            pass
-    return consume([load_documents(text)])
+    try:
+        return consume(_list_items(text))
+    except _NotAList:
+        return consume([load_documents(text)])

@@ -72,7 +72,15 @@ def objects_of(data: bytes) -> list[Any]:
 
 
 def _objects(loaded: Iterable[Documents]) -> list[Any]:
-    return [obj for documents in loaded for d in documents.documents for obj in flatten(d)]
+    return [obj for obj, _ in _each_object(loaded)]
+
+
+def _each_object(loaded: Iterable[Documents]) -> Iterator[tuple[Any, Documents]]:
+    """Every object of the documents, List wrappers unpacked, with the Documents it is of."""
+    for documents in loaded:
+        for document in documents.documents:
+            for obj in flatten(document):
+                yield obj, documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,25 +111,23 @@ def _claims(
 ) -> tuple[dict[Identity, Claim], list[Rejection]]:
     rejections: list[Rejection] = []
     claims: dict[Identity, Claim] = {}
-    for documents in loaded:
-        for document in documents.documents:
-            for obj in flatten(document):
-                rejections += _duplicate_keys(path, documents, obj)
-                identity = _identity(obj)
-                item, problems = parse_object(obj, node_name)
-                if identity is None:
-                    rejections += _prefixed(path, problems)
-                    continue
-                if claims.pop(identity, None) is not None:
-                    rejections.append(
-                        Rejection(
-                            f"{path}: {describe(obj)}",
-                            "also defined earlier in the same file; this later one is used",
-                            SkipReason.DUPLICATE,
-                        )
-                    )
-                description = f"{path}: {describe(obj)}"
-                claims[identity] = Claim(description, item, tuple(_prefixed(path, problems)))
+    for obj, documents in _each_object(loaded):
+        rejections += _duplicate_keys(path, documents, obj)
+        identity = _identity(obj)
+        item, problems = parse_object(obj, node_name)
+        if identity is None:
+            rejections += _prefixed(path, problems)
+            continue
+        description = f"{path}: {describe(obj)}"
+        if claims.pop(identity, None) is not None:
+            rejections.append(
+                Rejection(
+                    description,
+                    "also defined earlier in the same file; this later one is used",
+                    SkipReason.DUPLICATE,
+                )
+            )
+        claims[identity] = Claim(description, item, tuple(_prefixed(path, problems)))
     return claims, rejections
 
 
