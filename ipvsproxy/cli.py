@@ -40,14 +40,11 @@ from ipvsproxy.model import (
     Rejection,
     VirtualServerKey,
 )
-from ipvsproxy.owners import Owners, OwnersAnswer, owners_of
 from ipvsproxy.plan_summary import SUMMARY_ABOVE, summarized, summary_text
 from ipvsproxy.reconcile.apply import Progress
-from ipvsproxy.reconcile.cleanup import plan_leftovers, planned_removals, remove_leftovers
 from ipvsproxy.reconcile.reconciler import Reconciler
 from ipvsproxy.reconcile.state import EMPTY_KERNEL
 from ipvsproxy.reconcile.syncplan import SyncPlan, plan_sync
-from ipvsproxy.reconcile.takeover import check_takeover
 from ipvsproxy.render import (
     LIVE_KERNEL,
     Baseline,
@@ -59,12 +56,12 @@ from ipvsproxy.render import (
     takeover_json,
     takeover_text,
 )
-from ipvsproxy.show import build_view, view_json, view_text
-from ipvsproxy.show_source import ask_daemon, in_cluster
 from ipvsproxy.translate import translate
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
+
+    from ipvsproxy.owners import Owners
 
 USAGE_EXIT = 2
 
@@ -442,6 +439,8 @@ def takeover(
         reconciler = Reconciler(kernel, reconciler_settings(config))
         actual = reconciler.observe()
         plan = reconciler.plan(desired, actual)
+    from ipvsproxy.reconcile.takeover import check_takeover  # noqa: PLC0415
+
     verdict = check_takeover(plan, actual.ipvs)
     if output == "json":
         _write(takeover_json(plan, desired, verdict))
@@ -461,6 +460,12 @@ def cleanup(*, dry_run: bool, output: str) -> None:
     Exit 0 when everything went (or nothing was there), 1 when something could not be removed
     (or, with --dry-run, read).
     """
+    from ipvsproxy.reconcile.cleanup import (  # noqa: PLC0415
+        plan_leftovers,
+        planned_removals,
+        remove_leftovers,
+    )
+
     _check(require_net_admin)
     with real_kernel(ipvs_optional=True) as kernel:
         parts = (kernel.ipvs, kernel.addresses, kernel.ipsets, kernel.iptables)
@@ -528,6 +533,9 @@ def _owners(
     """Who owns each virtual server (or why nobody says): --source, --kubeconfig or --master
     first; then the proxy running here; then the API server (the config file's kubeconfig,
     or in-cluster)."""
+    from ipvsproxy.owners import OwnersAnswer, owners_of  # noqa: PLC0415
+    from ipvsproxy.show_source import ask_daemon, in_cluster  # noqa: PLC0415
+
     source: Path | None = ctx.params["source"]
     if _cluster_asked(ctx):
         return owners_of(_desired_state(source, config), service), ""
@@ -568,6 +576,8 @@ def show(ctx: click.Context, *, service: str | None, output: str, **_: object) -
         table = _read_ipvs(ipvs, keys)
     if owners is None:
         click.echo(f"ipvsproxy: no Service names: {why_unnamed}", err=True)
+    from ipvsproxy.show import build_view, view_json, view_text  # noqa: PLC0415
+
     view = build_view(table, owners, only)
     click.echo(view_json(view) if output == "json" else view_text(view))
 

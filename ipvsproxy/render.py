@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from ipvsproxy.model import (
     AddIPSetEntries,
@@ -37,7 +37,9 @@ from ipvsproxy.reconcile.describe import describe
 from ipvsproxy.reconcile.graceful import Drain
 from ipvsproxy.reconcile.reconciler import SyncResult
 from ipvsproxy.reconcile.syncplan import SyncPlan
-from ipvsproxy.reconcile.takeover import TakeoverCheck
+
+if TYPE_CHECKING:
+    from ipvsproxy.reconcile.takeover import TakeoverCheck
 
 
 def _virtual(server: VirtualServer) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from ipvsproxy.cluster.source import load_snapshot
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.backend import HINT_CHAINS, detect_backend, probe_of
+from ipvsproxy.kernel.iptables.backend import HINT_CHAINS, detect_backend, rule_lines
 from ipvsproxy.kernel.iptables.command import binary
 from ipvsproxy.kernel.iptables.restore import CommandNetfilter, IptablesRestore
 from ipvsproxy.kernel.iptables.text import Rule, is_builtin, parse_save
@@ -115,7 +115,7 @@ def test_kubelets_hint_chain_outweighs_more_rules_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     legacy = CommandNetfilter("legacy")
-    legacy_rules = probe_of([legacy.save(family) for family in IPFamily]).rule_lines
+    legacy_rules = rule_lines(legacy.save(family) for family in IPFamily)
     _fake_nft(tmp_path, monkeypatch, writes_nat=True, rules=legacy_rules + 1)
     assert detect_backend() == "nft"
     hint = HINT_CHAINS[0].strip(": ")

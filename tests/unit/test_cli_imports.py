@@ -60,7 +60,7 @@ def _pyroute2_modules(module: str, then: str) -> list[int]:
 
 
 # What only making the dummy link, flushing flows, a YAML file, ``show`` asking the daemon or
-# ``run`` needs: loaded at its first use. pyroute2's generic netlink package brings asyncio and ssl,
+# ``run`` needs, and the modules of ``show``, ``cleanup`` and ``takeover``: loaded at first use. pyroute2's generic netlink package brings asyncio and ssl,
 # hashlib OpenSSL (_hashlib): each tens to hundreds of ms of a start in the lab.
 FIRST_USE = """
 import importlib, sys
@@ -78,6 +78,11 @@ LOADED_AT_FIRST_USE = (
     "http.client",
     "ipvsproxy.daemon",
     "email",
+    "ipvsproxy.show",
+    "ipvsproxy.show_source",
+    "ipvsproxy.owners",
+    "ipvsproxy.reconcile.cleanup",
+    "ipvsproxy.reconcile.takeover",
 )
 
 

@@ -6,52 +6,132 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ipvsproxy.kernel.errors import IptablesError
-from ipvsproxy.kernel.iptables.backend import Probe, choose_backend, probe_of
+from ipvsproxy.kernel.iptables.backend import (
+    choose_backend,
+    detect,
+    hint_chains,
+    holds_created_nat_chain,
+    rule_lines,
+)
 from ipvsproxy.kernel.iptables.command import refusal, run
 from ipvsproxy.kernel.iptables.restore import CommandNetfilter, IptablesRestore
 from ipvsproxy.model import IPFamily
 
-DOWN = Probe(unusable="iptables-x-save failed: oops")
+DOWN = None  # a flavour whose IPv4 save fails
+
+
+def _saved(*, hints: int = 0, rules: int = 0, nat_chain: bool = False) -> str:
+    """A save holding ``hints`` kubelet hint chains, ``rules`` rules, and maybe a nat chain."""
+    return (
+        "*mangle\n"
+        + ":KUBE-IPTABLES-HINT - [0:0]\n" * hints
+        + "-A PREROUTING -j ACCEPT\n" * rules
+        + "COMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n"
+        + ":KUBE-SERVICES - [0:0]\n" * nat_chain
+        + "COMMIT\n"
+    )
+
+
+@dataclass
+class _Flavours:
+    """Each backend's IPv4 save (None: it fails) and IPv6 save as a test gives them; records
+    what the choice asked."""
+
+    v4: dict[str, str | None]
+    v6: dict[str, str] = field(default_factory=dict)
+    refuse_writes: frozenset[str] = frozenset()
+    asked: list[str] = field(default_factory=list)
+
+    def saved(self, backend: str, family: IPFamily) -> str | None:
+        self.asked.append(f"{backend} {family.name}")
+        return self.v4[backend] if family is IPFamily.IPV4 else self.v6.get(backend)
+
+    def unreadable(self, backend: str) -> str:
+        return "" if self.v4[backend] is not None else f"iptables-{backend}-save failed: oops"
+
+    def unwritable(self, backend: str) -> str:
+        self.asked.append(f"{backend} write")
+        return "nat refused" if backend in self.refuse_writes else ""
 
 
 @pytest.mark.parametrize(
-    ("nft", "legacy", "chosen"),
+    ("nft", "legacy", "refuse_writes", "chosen"),
     [
-        (Probe(hint_chains=1), Probe(rule_lines=50), "nft"),
-        (Probe(rule_lines=50), Probe(hint_chains=1), "legacy"),
-        (Probe(rule_lines=3), Probe(rule_lines=4), "legacy"),
-        (Probe(rule_lines=4), Probe(rule_lines=4), "nft"),
-        (Probe(), Probe(), "nft"),
-        (DOWN, Probe(), "legacy"),
-        (Probe(rule_lines=1), DOWN, "nft"),
-        (DOWN, Probe(rule_lines=0), "legacy"),
+        (_saved(hints=1), _saved(rules=50), "", "nft"),
+        (_saved(rules=50), _saved(hints=1), "", "legacy"),
+        (_saved(rules=3), _saved(rules=4), "", "legacy"),
+        (_saved(rules=4), _saved(rules=4), "", "nft"),
+        (_saved(), _saved(), "", "nft"),
+        (DOWN, _saved(), "", "legacy"),
+        (_saved(rules=1), DOWN, "", "nft"),
+        (DOWN, _saved(rules=0), "", "legacy"),
+        # A flavour that cannot write nat is passed over, hinted or holding more rules.
+        (_saved(hints=1), _saved(), "nft", "legacy"),
+        (_saved(), _saved(), "nft", "legacy"),
+        (_saved(rules=1), _saved(rules=4), "legacy", "nft"),
+        (_saved(rules=9), _saved(rules=4), "nft", "legacy"),
     ],
 )
-def test_choose_backend(nft: Probe, legacy: Probe, chosen: str) -> None:
-    assert choose_backend({"nft": nft, "legacy": legacy}) == chosen
+def test_choose_backend(
+    nft: str | None, legacy: str | None, refuse_writes: str, chosen: str
+) -> None:
+    flavours = _Flavours({"nft": nft, "legacy": legacy}, refuse_writes=frozenset({refuse_writes}))
+    assert choose_backend(flavours) == chosen
+
+
+def test_hints_and_rules_count_over_both_families() -> None:
+    flavours = _Flavours(
+        {"nft": _saved(rules=2), "legacy": _saved(rules=2)}, {"legacy": _saved(rules=1)}
+    )
+    assert choose_backend(flavours) == "legacy"
+    ipv6_hint = _Flavours({"nft": _saved(rules=5), "legacy": _saved()}, {"legacy": _saved(hints=1)})
+    assert choose_backend(ipv6_hint) == "legacy"
+
+
+def test_a_flavour_kubelet_hinted_in_ipv4_is_chosen_without_asking_of_the_other() -> None:
+    flavours = _Flavours({"nft": _saved(hints=1), "legacy": _saved(rules=50)})
+
+    assert choose_backend(flavours) == "nft"
+    assert flavours.asked == ["nft IPV4", "nft write"]
+
+
+def test_legacy_with_more_rules_is_chosen_without_probing_whether_nft_writes() -> None:
+    flavours = _Flavours(
+        {"nft": _saved(), "legacy": _saved(rules=4)}, refuse_writes=frozenset({"nft"})
+    )
+
+    assert choose_backend(flavours) == "legacy"
+    assert "nft write" not in flavours.asked
 
 
 def test_no_working_backend_is_one_clear_error_with_each_reason() -> None:
     with pytest.raises(IptablesError) as refused:
-        choose_backend({"nft": DOWN, "legacy": Probe(unusable="lock held")})
+        choose_backend(
+            _Flavours({"nft": DOWN, "legacy": _saved()}, refuse_writes=frozenset({"legacy"}))
+        )
 
     assert str(refused.value) == (
         "no iptables backend can write the nat table "
-        "(nft: iptables-x-save failed: oops; legacy: lock held)"
+        "(nft: iptables-nft-save failed: oops; legacy: nat refused)"
     )
 
 
-def test_probe_counts_kubelet_hints_and_rules_over_both_families() -> None:
+def test_counts_of_kubelet_hints_and_rules_and_a_created_nat_chain() -> None:
     v4 = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n*nat\n-A PREROUTING -j ACCEPT\nCOMMIT\n"
     v6 = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\n-A OUTPUT -j ACCEPT\n-A OUTPUT -j DROP\nCOMMIT\n"
 
-    assert probe_of([v4, v6]) == Probe(hint_chains=2, rule_lines=3)
+    assert (hint_chains([v4, v6]), rule_lines([v4, v6])) == (2, 3)
+    assert not holds_created_nat_chain(v4)
+    assert holds_created_nat_chain(v6)
+    # A chain of another table is no sign that nat can be written.
+    assert not holds_created_nat_chain("*filter\n:KUBE-FIREWALL - [0:0]\nCOMMIT\n*nat\nCOMMIT\n")
 
 
 def test_refusal_is_one_line_naming_the_input_line() -> None:
@@ -96,9 +176,10 @@ def test_a_command_is_started_by_the_path_found_on_path(
 
 
 class _Commands:
-    """iptables binaries as shell scripts that log each start: nft saves but cannot write."""
+    """iptables binaries as shell scripts that log each start: nft saves but cannot write;
+    each backend's saves print what ``saved`` gives it (else empty tables)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, saved: dict[str, str] | None = None) -> None:
         self.log = folder / "started"
         for family in ("iptables", "ip6tables"):
             for backend in ("nft", "legacy"):
@@ -112,12 +193,52 @@ class _Commands:
                             if refuse
                             else "while read -r _; do :; done\n" * (tool == "restore")
                         )
-                        + ("printf '*nat\\nCOMMIT\\n'\n" if tool == "save" else "")
+                        + (
+                            f"printf '%s' '{(saved or {}).get(backend, EMPTY)}'\n"
+                            * (tool == "save")
+                        )
                     )
                     script.chmod(0o755)
 
     def started(self) -> list[str]:
         return self.log.read_text().split() if self.log.exists() else []
+
+
+EMPTY = "*nat\nCOMMIT\n"
+# Both saves of each (the rules are counted over both families), then each write probe: nft's
+# refused, legacy's passes.
+DETECTION_ON_EMPTY_TABLES = [
+    "iptables-nft-save",
+    "ip6tables-nft-save",
+    "iptables-legacy-save",
+    "ip6tables-legacy-save",
+    "iptables-nft-restore",
+    "iptables-legacy-restore",
+]
+
+
+def test_a_kubelet_hinted_flavour_is_detected_by_one_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubelet's canary in nat shows that nft writes nat: no probe, no legacy command."""
+    hinted = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n"
+    commands = _Commands(tmp_path, {"nft": hinted})
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    assert detect().backend == "nft"
+    assert commands.started() == ["iptables-nft-save"]
+
+
+def test_a_flavour_holding_its_own_nat_chains_is_chosen_without_a_write_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours = "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n"
+    commands = _Commands(tmp_path, {"legacy": ours})
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    detected = detect()
+    assert (detected.backend, detected.saved[IPFamily.IPV4]) == ("legacy", ours)
+    assert commands.started() == DETECTION_ON_EMPTY_TABLES[:4]
 
 
 def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
@@ -130,13 +251,7 @@ def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
     iptables.our_chains(IPFamily.IPV4)
     iptables.our_chains(IPFamily.IPV6)
     detection = commands.started()
-    assert detection == [
-        "iptables-nft-save",
-        "iptables-nft-restore",
-        "iptables-legacy-save",
-        "iptables-legacy-restore",
-        "ip6tables-legacy-save",
-    ]
+    assert detection == DETECTION_ON_EMPTY_TABLES
     # Later reads are the kernel's own, each a save of its own.
     iptables.our_chains(IPFamily.IPV4)
     assert commands.started() == [*detection, "iptables-legacy-save"]
@@ -158,20 +273,14 @@ def test_a_sync_that_reads_ahead_takes_detections_saves_even_after_a_long_ipvs_r
     netfilter.save(IPFamily.IPV4)
     netfilter.save(IPFamily.IPV6)
 
-    assert commands.started() == [
-        "iptables-nft-save",
-        "iptables-nft-restore",
-        "iptables-legacy-save",
-        "iptables-legacy-restore",
-        "ip6tables-legacy-save",
-    ]
+    assert commands.started() == DETECTION_ON_EMPTY_TABLES
     # Past the read-ahead bound, a detection's save no longer stands for the kernel.
     later = CommandNetfilter()
     later.read_ahead(IPFamily.IPV4)
     now[0] += 61
     later.save(IPFamily.IPV6)
     assert commands.started()[-1:] == ["ip6tables-legacy-save"]
-    assert len(commands.started()) == 11
+    assert len(commands.started()) == 2 * len(DETECTION_ON_EMPTY_TABLES) + 1
 
 
 def _counting_commands(folder: Path) -> Path:
