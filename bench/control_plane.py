@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import time
 from typing import Any
 
 from bench.cluster import NODE_NAME, as_list, cluster_objects
+from bench.spread import median_spread
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.gcpause import cyclic_gc_paused, decode_json, freeze_survivors
 from ipvsproxy.kernel.testing import FakeKernel
@@ -80,11 +80,7 @@ def measure_runs(services: int, runs: int) -> dict[str, Any]:
     samples = [measure(services) for _ in range(runs)]
     figures: dict[str, Any] = {}
     for name in samples[0]:
-        values = [sample[name] for sample in samples]
-        figures[name] = statistics.median(values)
-        figures[f"{name}_min"], figures[f"{name}_max"] = min(values), max(values)
-        figures[f"{name}_runs"] = len(values)
-        figures[f"{name}_samples"] = values
+        figures |= median_spread(name, [sample[name] for sample in samples])
     return figures
 
 

@@ -6,8 +6,9 @@ does it). For each manifest, made by ``bench.cluster``, each step in a network n
 
 * ``ipvsadm -R`` restoring the same virtual and real servers and ``ip -batch`` binding the same
   addresses, then ``ipvsadm -Sn`` reading that table back;
-* ``ipvsproxy sync --once --source MANIFEST`` twice, as processes (start included): a first sync
-  into an empty kernel, then a resync that must write nothing;
+* ``ipvsproxy sync --once --source MANIFEST`` as processes (start included): a first sync
+  into an empty kernel, then ``ONCE_RESYNCS`` resyncs that must write nothing, each followed by
+  an ``ipvsadm -Sn`` of the same table;
 * the reconciler in this process: a first sync and a resync (wall, CPU and writes);
 * the daemon, when ``ipvsproxy run`` exists, watching a fake API server: one-change latencies
   and its peak RSS.
@@ -34,6 +35,7 @@ from typing import Any
 
 from bench.cluster import NODE_NAME
 from bench.daemon_latency import NO_FULL_SYNC, daemon_available, measure_daemon
+from bench.spread import median_spread
 from ipvsproxy.cluster.parse import snapshot_from_objects
 from ipvsproxy.kernel.bundle import real_kernel
 from ipvsproxy.model import DUMMY_INTERFACE, DesiredState
@@ -138,7 +140,10 @@ def timed_process(command: list[str]) -> ProcessRun:
         return ProcessRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read())
 
 
-def measure_once(manifest: Path) -> dict[str, float]:
+ONCE_RESYNCS = 3
+
+
+def measure_once(manifest: Path) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
@@ -157,14 +162,21 @@ def measure_once(manifest: Path) -> dict[str, float]:
         "0",
     ]
     first = timed_process(command)
-    resync = timed_process(command)
+    resyncs: list[ProcessRun] = []
+    saves: list[float] = []
+    # In turns with ipvsadm -Sn reading the same table, so that the lab's noise (a boot's
+    # pace drifts by a third) falls on both sides of the ratio alike.
+    for _ in range(ONCE_RESYNCS):
+        resyncs.append(timed_process(command))
+        saves.append(timed_command(["ipvsadm", "-Sn"]))
     return {
         "once_first_sync_s": first.wall_s,
         "once_first_sync_cpu_s": first.cpu_s,
-        "once_resync_s": resync.wall_s,
-        "once_resync_cpu_s": resync.cpu_s,
-        "once_resync_writes": json.loads(resync.stdout)["writes"],
-        "once_peak_rss_mb": max(first.peak_rss_mb, resync.peak_rss_mb),
+        **median_spread("once_resync_s", [run.wall_s for run in resyncs]),
+        **median_spread("once_resync_cpu_s", [run.cpu_s for run in resyncs]),
+        **median_spread("once_ipvsadm_save_s", saves),
+        "once_resync_writes": max(json.loads(run.stdout)["writes"] for run in resyncs),
+        "once_peak_rss_mb": max(run.peak_rss_mb for run in [first, *resyncs]),
     }
 
 
@@ -208,7 +220,7 @@ def measure(manifest: Path, changes: int, once: bool, sync_period: str) -> dict[
         ("reconciler in process", lambda: measure_reconciler(desired)),
     ]
     if once:
-        steps.insert(1, ("sync --once twice", lambda: measure_once(manifest)))
+        steps.insert(1, ("sync --once", lambda: measure_once(manifest)))
     if daemon_available():
         steps.append(("ipvsproxy run", lambda: measure_daemon(manifest, changes, sync_period)))
     failures = []
