@@ -221,8 +221,13 @@ def _measure_watching(
                 tail = log.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"ipvsproxy run did not program the cluster: {tail}")
             churn = _Churn(api, probe, services, changes)
+            window_start = time.perf_counter()
             for number in range(changes):
                 churn.round(number)
+            window_s = time.perf_counter() - window_start
+            # Whether the periodic full syncs fell inside the window, as a run's figures must
+            # show rather than assume: every one the daemon logged after its first.
+            full_syncs = log.read_text(errors="replace").count(FULL_SYNC_LOGGED) - 1
         everything = [value for values in churn.latencies.values() for value in values]
         overall = _summary(everything)
         return {
@@ -232,6 +237,8 @@ def _measure_watching(
             "latency_by_change": {kind: _summary(v) for kind, v in churn.latencies.items()},
             "latency_changes": len(everything),
             "latency_lost_changes": churn.lost,
+            "latency_window_s": window_s,
+            "full_syncs_in_window": full_syncs,
             "peak_rss_mb": _peak_rss_mb(daemon.pid),
         }
     finally:

@@ -208,6 +208,8 @@ ROWS: tuple[Row, ...] = (
     ("one-change latency p50 / p99, ms", lambda f: _pair(f["latency_p50_ms"], f["latency_p99_ms"])),
     # 1h: no periodic full sync inside the changes' window; 30s: the chart's, inside it.
     ("  daemon's --ipvs-sync-period", lambda f: f.get("daemon_sync_period")),
+    ("  full syncs inside the changes' window / its length, s",
+     lambda f: _pair(f.get("full_syncs_in_window"), f.get("latency_window_s"))),
     *(
         (f"  {kind.replace('_', ' ')} p50 / p99, ms", partial(_change_latency, kind=kind))
         for kind in ("service_added", "endpoint_changed", "service_deleted")
