@@ -217,28 +217,32 @@ DETECTION_ON_EMPTY_TABLES = [
 ]
 
 
-def test_a_kubelet_hinted_flavour_is_detected_by_one_save(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+KUBELET_HINTED_NFT = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n"
+OUR_LEGACY_CHAINS = "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n"
+
+
+@pytest.mark.parametrize(
+    ("saved", "chosen", "started"),
+    [
+        # Kubelet's canary in nat shows that nft writes nat: no probe, no legacy command.
+        ({"nft": KUBELET_HINTED_NFT}, "nft", ["iptables-nft-save"]),
+        # Legacy holds more rules and chains in nat: neither flavour is write-probed.
+        ({"legacy": OUR_LEGACY_CHAINS}, "legacy", DETECTION_ON_EMPTY_TABLES[:4]),
+    ],
+)
+def test_detection_starts_only_the_commands_whose_answer_counts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    saved: dict[str, str],
+    chosen: str,
+    started: list[str],
 ) -> None:
-    """Kubelet's canary in nat shows that nft writes nat: no probe, no legacy command."""
-    hinted = "*nat\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n"
-    commands = _Commands(tmp_path, {"nft": hinted})
-    monkeypatch.setenv("PATH", str(tmp_path))
-
-    assert detect().backend == "nft"
-    assert commands.started() == ["iptables-nft-save"]
-
-
-def test_a_flavour_holding_its_own_nat_chains_is_chosen_without_a_write_probe(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ours = "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n"
-    commands = _Commands(tmp_path, {"legacy": ours})
+    commands = _Commands(tmp_path, saved)
     monkeypatch.setenv("PATH", str(tmp_path))
 
     detected = detect()
-    assert (detected.backend, detected.saved[IPFamily.IPV4]) == ("legacy", ours)
-    assert commands.started() == DETECTION_ON_EMPTY_TABLES[:4]
+    assert (detected.backend, detected.saved[IPFamily.IPV4]) == (chosen, saved[chosen])
+    assert commands.started() == started
 
 
 def test_the_save_that_follows_backend_detection_reads_what_detection_saved(
