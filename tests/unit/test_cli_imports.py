@@ -60,8 +60,9 @@ def _pyroute2_modules(module: str, then: str) -> list[int]:
 
 
 # What only making the dummy link, flushing flows, a YAML file, ``show`` asking the daemon or
-# ``run`` needs, and the modules of ``show``, ``cleanup`` and ``takeover``: loaded at first use. pyroute2's generic netlink package brings asyncio and ssl,
-# hashlib OpenSSL (_hashlib): each tens to hundreds of ms of a start in the lab.
+# ``run`` needs, and the modules of ``show``, ``cleanup`` and ``takeover``: loaded at first
+# use. pyroute2's generic netlink package brings asyncio and ssl, hashlib OpenSSL (_hashlib):
+# each tens to hundreds of ms of a start in the lab.
 FIRST_USE = """
 import importlib, sys
 importlib.import_module("ipvsproxy.cli")
