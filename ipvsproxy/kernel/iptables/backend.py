@@ -92,18 +92,11 @@ def _usable(flavours: Flavours, backend: str) -> bool:
     return not flavours.unreadable(backend) and not flavours.unwritable(backend)
 
 
-def _hinted_and_usable(flavours: Flavours, backend: str) -> bool:
-    # In this order: an unhinted flavour is not probed for writes here.
-    return (
-        not flavours.unreadable(backend)
-        and _hinted(flavours, backend)
-        and _usable(flavours, backend)
-    )
-
-
 def choose_backend(flavours: Flavours) -> str:
     for backend in BACKENDS:
-        if _hinted_and_usable(flavours, backend):
+        # Hinted first: an unhinted flavour is not probed for writes here (and an unreadable
+        # one shows no hint).
+        if _hinted(flavours, backend) and _usable(flavours, backend):
             return backend
     # Unreadable, a flavour counts no rules.
     more = [rule_lines(_families(flavours, backend)) for backend in BACKENDS]
