@@ -346,14 +346,18 @@ def _progress_bar() -> Iterator[Progress | None]:
             bar.render_finish()
 
 
-def _write(chunks: Iterable[str], batch: int = 65536) -> None:
-    """Text too large to hold whole, written in batches as it is made."""
+def _write(chunks: Iterable[str], batch: int = 1 << 20) -> None:
+    """Text too large to hold whole, written in batches of about ``batch`` characters as it
+    is made (chunks range from a token to a whole operation)."""
     pending: list[str] = []
+    size = 0
     for chunk in chunks:
         pending.append(chunk)
-        if len(pending) >= batch:
+        size += len(chunk)
+        if size >= batch:
             sys.stdout.write("".join(pending))
             pending.clear()
+            size = 0
     pending.append("\n")
     sys.stdout.write("".join(pending))
 

@@ -6,11 +6,12 @@ address, ipset, iptables and conntrack work.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
+from ipvsproxy.json_stream import EachEncoded, json_chunks
 from ipvsproxy.model import (
     AddIPSetEntries,
     AddRealServer,
@@ -217,8 +218,8 @@ class Baseline:
 LIVE_KERNEL = Baseline(live=True)
 
 
-def _operations(ops: Sequence[PlanOp], desired: DesiredState) -> list[dict[str, Any]]:
-    return [operation_json(op, desired) for op in ops]
+def _operations(ops: Sequence[PlanOp], desired: DesiredState) -> EachEncoded[PlanOp]:
+    return EachEncoded(ops, partial(operation_json, desired=desired))
 
 
 def _drains(drains: Sequence[Drain]) -> list[dict[str, str | int]]:
@@ -246,17 +247,12 @@ def _plan_dict(plan: SyncPlan, desired: DesiredState) -> dict[str, object]:
     }
 
 
-# Encoded chunk by chunk: a 10,000-service plan as one string (json.dumps) took 350 MB of
-# small pieces before the join.
-_ENCODER = json.JSONEncoder(indent=2)
-
-
 def sync_plan_json(
     plan: SyncPlan, desired: DesiredState, baseline: Baseline = LIVE_KERNEL
 ) -> Iterator[str]:
     """A dry run's plan as JSON text in chunks: README's "JSON output" documents every field."""
     document = {"schema": SCHEMA, "dry_run": True, **baseline.fields()}
-    return _ENCODER.iterencode({**document, **_plan_dict(plan, desired)})
+    return json_chunks({**document, **_plan_dict(plan, desired)})
 
 
 def takeover_text(check: TakeoverCheck) -> str:
@@ -299,7 +295,7 @@ def takeover_json(plan: SyncPlan, desired: DesiredState, check: TakeoverCheck) -
         "real_servers_cut": check.real_servers_cut,
     }
     document = {"schema": SCHEMA, "dry_run": True, **LIVE_KERNEL.fields()}
-    return _ENCODER.iterencode({**document, **_plan_dict(plan, desired), "takeover": verdict})
+    return json_chunks({**document, **_plan_dict(plan, desired), "takeover": verdict})
 
 
 def sync_result_text(result: SyncResult) -> str:
@@ -318,7 +314,7 @@ def sync_result_text(result: SyncResult) -> str:
 
 def sync_result_json(result: SyncResult, desired: DesiredState) -> Iterator[str]:
     """What a sync did as JSON text in chunks."""
-    return _ENCODER.iterencode(
+    return json_chunks(
         {
             "schema": SCHEMA,
             "dry_run": False,
@@ -345,4 +341,4 @@ def cleanup_json(dry_run: bool, removed: Sequence[str], failed: Sequence[str]) -
     and what it could not remove or read."""
     key = "would_remove" if dry_run else "removed"
     document = {"schema": CLEANUP_SCHEMA, "dry_run": dry_run, key: list(removed)}
-    return _ENCODER.iterencode({**document, "failed": list(failed)})
+    return json_chunks({**document, "failed": list(failed)})
