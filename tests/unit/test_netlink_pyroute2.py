@@ -48,8 +48,8 @@ from ipvsproxy.model import (
 
 ports = st.integers(0, 65535)
 u32 = st.integers(0, 2**32 - 1)
-v4 = st.ip_addresses(v=4)
-v6 = st.ip_addresses(v=6)
+v4: st.SearchStrategy[IPAddress] = st.ip_addresses(v=4)
+v6: st.SearchStrategy[IPAddress] = st.ip_addresses(v=6)
 families = st.sampled_from([v4, v6])
 
 
