@@ -7,29 +7,26 @@ JSON output. A report, not a test: on a shared machine the wall time follows the
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from big_manifest import write_manifest
+from child_usage import measured
 
 
 def run(manifest: Path, output: str) -> str:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    subprocess.run(
+    usage = measured(
         [sys.executable, "-m", "ipvsproxy", "sync", "--once", "--dry-run", "--source",
          str(manifest), "--hostname-override", "node-0", "--output", output],
-        stdout=subprocess.DEVNULL, check=True,
+        stdout=subprocess.DEVNULL,
     )  # fmt: skip
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    # ru_maxrss of children is the largest child so far: run the lighter output first.
-    return f"{wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {after.ru_maxrss // 1024} MB"
+    if usage.exit_code != 0:
+        raise SystemExit(f"sync --once --output {output} exited {usage.exit_code}")
+    return (
+        f"{usage.wall_s:.1f} s wall, {usage.cpu_s:.1f} s CPU, peak RSS {usage.peak_rss_mb:.0f} MB"
+    )
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.child_usage import ChildUsage, measured
 from bench.cluster import NODE_NAME
 from bench.daemon_latency import NO_FULL_SYNC, daemon_available, measure_daemon
 from bench.spread import median_spread
@@ -120,24 +120,19 @@ def measure_tools(desired: DesiredState) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class ProcessRun:
-    wall_s: float
-    cpu_s: float
-    peak_rss_mb: float
+    usage: ChildUsage
     stdout: str
 
 
 def timed_process(command: list[str]) -> ProcessRun:
-    """One child process, which must exit 0, with its own CPU time and peak RSS."""
+    """One child process, which must exit 0, with its own wall time, CPU time and peak RSS."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as errors:
-        start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=errors)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - start
+        usage = measured(command, stdout=out, stderr=errors)
         out.seek(0)
         errors.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
+        if usage.exit_code != 0:
             raise RuntimeError(f"{command} failed: {errors.read()[-2000:]}")
-        return ProcessRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read())
+        return ProcessRun(usage, out.read())
 
 
 ONCE_RESYNCS = 3
@@ -170,13 +165,13 @@ def measure_once(manifest: Path) -> dict[str, Any]:
         resyncs.append(timed_process(command))
         saves.append(timed_command(["ipvsadm", "-Sn"]))
     return {
-        "once_first_sync_s": first.wall_s,
-        "once_first_sync_cpu_s": first.cpu_s,
-        **median_spread("once_resync_s", [run.wall_s for run in resyncs]),
-        **median_spread("once_resync_cpu_s", [run.cpu_s for run in resyncs]),
+        "once_first_sync_s": first.usage.wall_s,
+        "once_first_sync_cpu_s": first.usage.cpu_s,
+        **median_spread("once_resync_s", [run.usage.wall_s for run in resyncs]),
+        **median_spread("once_resync_cpu_s", [run.usage.cpu_s for run in resyncs]),
         **median_spread("once_ipvsadm_save_s", saves),
         "once_resync_writes": max(json.loads(run.stdout)["writes"] for run in resyncs),
-        "once_peak_rss_mb": max(run.peak_rss_mb for run in [first, *resyncs]),
+        "once_peak_rss_mb": max(run.usage.peak_rss_mb for run in [first, *resyncs]),
     }
 
 
